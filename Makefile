@@ -1,0 +1,38 @@
+# The two commands the README promises: `make demo` and `make test`. Both build .venv on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INTEGRATIONS := $(patsubst %/pyproject.toml,%,$(wildcard integrations/*/pyproject.toml))
+STAMP := $(VENV)/.installed
+
+.PHONY: test lint typecheck unit demo bench install clean
+
+$(STAMP): pyproject.toml constraints.txt $(wildcard integrations/*/pyproject.toml)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[server,nvml,dev]' $(addprefix -e ,$(INTEGRATIONS))
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests integrations benchmarks examples
+	$(BIN)/ruff format --check src tests integrations benchmarks examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+demo: $(STAMP)
+	$(BIN)/python examples/demo.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/scheduling.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,64 @@
+"""The contract between respools and a stack: what a backend can express, and how a lease becomes the
+stack's own request. Stack integrations implement it and register under the ``respools.backends``
+entry-point group, so the core never imports them."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
+
+from respools.model import Form, Host, Lease, PoolSpec
+
+
+class BackendError(ValueError):
+    """A pool or lease the stack cannot express; the message says which forms it supports."""
+
+
+class Realization(BaseModel):
+    """A lease in the stack's own terms.
+
+    ``env`` is what a process on the placed host needs (``CUDA_VISIBLE_DEVICES`` and memory caps);
+    ``native`` is the stack's request as plain JSON (pod resources, a ``machine_spec``, a cluster spec),
+    validated against the stack's client models by the backend that builds it.
+    """
+
+    backend: str
+    env: dict[str, str] = Field(default_factory=dict)
+    native: dict[str, Any] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class Backend(ABC):
+    """One stack. Subclasses set ``name`` and ``forms`` and implement the four verbs."""
+
+    name: ClassVar[str]
+    forms: ClassVar[frozenset[Form]]
+
+    def validate_pool(self, pool: PoolSpec) -> None:
+        """Refuse a pool that asks for a form this stack cannot express (raise :class:`BackendError`).
+
+        Backends with settings of their own extend this and call ``super()``."""
+        asked = set(pool.forms) if pool.forms is not None else set()
+        missing = sorted(asked - self.forms)
+        if missing:
+            raise BackendError(
+                f"pool {pool.name!r}: stack {self.name!r} cannot express {', '.join(missing)}; "
+                f"it supports {', '.join(sorted(self.forms))}"
+            )
+
+    def effective_forms(self, pool: PoolSpec) -> frozenset[Form]:
+        return frozenset(pool.forms) & self.forms if pool.forms is not None else self.forms
+
+    @abstractmethod
+    def discover(self, pool: PoolSpec) -> list[Host]:
+        """Inventory the stack shows for this pool (hosts and their GPUs); empty where it shows none."""
+
+    @abstractmethod
+    def realize(self, lease: Lease, pool: PoolSpec) -> Realization:
+        """Turn a granted lease into the stack's request. Pure: no side effects on the stack."""
+
+    @abstractmethod
+    def stop(self, lease: Lease, pool: PoolSpec) -> None:
+        """Stop the workload of a lease whose preemption deadline passed."""

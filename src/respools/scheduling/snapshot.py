@@ -1,0 +1,26 @@
+"""The input of one scheduling cycle: everything the core may look at, the clock included."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from respools.model import Lease, PolicySpec, PoolSpec, Request, ReservationSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A consistent view of the store at ``now``.
+
+    ``leases`` are the live ones (granted, active, preempting); ``requests`` the pending ones. The core
+    never reads a clock: deadlines and reservation windows are judged against ``now`` alone, so a cycle
+    is a pure function of its snapshot and can be replayed.
+    """
+
+    now: datetime
+    pools: Sequence[PoolSpec]
+    policies: Sequence[PolicySpec]
+    leases: Sequence[Lease] = ()
+    requests: Sequence[Request] = ()
+    reservations: Sequence[ReservationSpec] = field(default_factory=tuple)
