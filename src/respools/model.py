@@ -56,6 +56,7 @@ def mig_profile(key: str) -> str:
 
 
 def _parse_amount(key: str, value: Any) -> int:
+    """One wire amount in internal units."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"amount of {key!r} must be a number, got {value!r}")
     try:
@@ -74,8 +75,18 @@ def _parse_amount(key: str, value: Any) -> int:
     return int(number)
 
 
+class Resources(dict[str, int]):
+    """A vector already in internal units (milli-GPU for ``gpu``).
+
+    Validation passes it through unchanged, so code that holds internal amounts (the scheduler's
+    decisions, rows read from the store) builds models with ``Resources(vector)``; a plain dict is
+    always read as the wire format (``{"gpu": 0.5}``)."""
+
+
 def parse_resources(raw: Any) -> dict[str, int]:
     """Parse a wire vector (``{"gpu": 0.5, "mcpu": 4000}``) into integer units, rejecting bad keys."""
+    if isinstance(raw, Resources):
+        return Resources(raw)
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -271,8 +282,7 @@ class PoolSpec(_Schema):
         for key in self.capacity:
             if key == GPU or is_mig_key(key):
                 raise ValueError(
-                    f"capacity.{key}: a pool with an inventory derives {key!r} from it; "
-                    "remove the key or the inventory"
+                    f"capacity.{key}: a pool with an inventory derives {key!r} from it; remove the key or the inventory"
                 )
         return self
 
@@ -368,7 +378,8 @@ class RequestSpec(_Schema):
     def _asks_for_something(cls, value: dict[str, int]) -> dict[str, int]:
         if not value:
             raise ValueError("ask for at least one resource, e.g. {'gpu': 1}")
-        return value
+        # Every request is one concurrently running step: pools that meter step_run count it.
+        return {STEP_RUN: 1, **value}
 
 
 class Request(RequestSpec):

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from respools.model import Placement, PreemptReason, WaitReason
+from respools.model import Placement, PreemptReason, Resources, WaitReason
 
 
 @dataclass(frozen=True, slots=True)
 class Grant:
+    """``resources`` and ``borrowed`` are in internal units, ready for ``Lease(resources=...)``."""
+
     request_id: str
     pool: str
-    resources: dict[str, int]
-    borrowed: dict[str, int]
+    resources: Resources
+    borrowed: Resources
     placement: Placement
 
 

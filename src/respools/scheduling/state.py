@@ -1,0 +1,168 @@
+"""The mutable accounting of one cycle: per pool, per subject usage, reserved share, limit and the
+leases that hold capacity. Built from a snapshot, then updated in place as the cycle decides."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from respools.model import Form, Lease, PolicySpec, PoolSpec, RequestState, ReservationSpec
+from respools.scheduling.placement import DeviceMap
+from respools.scheduling.validation import pool_capacity
+from respools.scheduling.vectors import Vector, add_into
+
+
+@dataclass(slots=True)
+class LeaseView:
+    """What preemption planning needs of a live lease."""
+
+    id: str
+    subject: str
+    resources: Vector
+    borrowed: Vector
+    priority: int
+    preemptible: bool
+    granted_ts: float
+    preempting: bool
+    preempted_for: str | None
+    lease: Lease
+
+
+@dataclass(slots=True)
+class SubjectQuota:
+    """One subject's standing in one pool."""
+
+    subject: str
+    priority: int
+    weight: float
+    policy_reserved: Vector
+    reserved: Vector
+    limit: Vector | None
+    usage: Vector = field(default_factory=dict)
+    leases: list[LeaseView] = field(default_factory=list)
+
+    def limit_of(self, key: str, capacity: int) -> int:
+        if self.limit is None:
+            return capacity
+        return self.limit.get(key, capacity)
+
+    def share(self, capacity: Vector, usage: Vector | None = None) -> float:
+        """Weighted dominant share of borrowed capacity (Kueue's fair-sharing value).
+
+        A subject that does not borrow has share 0 whatever its weight; a borrower of weight 0 ranks
+        after every other borrower."""
+        used = self.usage if usage is None else usage
+        dominant = 0.0
+        for key, cap in capacity.items():
+            borrowed = used.get(key, 0) - self.reserved.get(key, 0)
+            if borrowed > 0 and cap > 0:
+                dominant = max(dominant, borrowed / cap)
+        if dominant == 0.0:
+            return 0.0
+        return math.inf if self.weight == 0 else dominant / self.weight
+
+
+@dataclass(slots=True)
+class Window:
+    start: float
+    end: float
+    resources: Vector
+
+
+@dataclass(slots=True)
+class PoolState:
+    spec: PoolSpec
+    capacity: Vector
+    forms: frozenset[Form]
+    free: Vector
+    held: Vector
+    quotas: dict[str, SubjectQuota]
+    devices: DeviceMap | None
+    windows: dict[str, list[Window]]
+    """Reservations per subject that have not ended yet."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def build_pools(
+    now: datetime,
+    pools: Sequence[PoolSpec],
+    policies: Sequence[PolicySpec],
+    reservations: Sequence[ReservationSpec],
+    leases: Sequence[Lease],
+) -> dict[str, PoolState]:
+    now_ts = now.timestamp()
+    states: dict[str, PoolState] = {}
+    for pool in sorted(pools, key=lambda p: p.name):
+        capacity = {k: v for k, v in pool_capacity(pool).items() if v > 0}
+        states[pool.name] = PoolState(
+            spec=pool,
+            capacity=capacity,
+            forms=frozenset(pool.forms) if pool.forms is not None else frozenset(Form),
+            free=dict(capacity),
+            held={},
+            quotas={},
+            devices=DeviceMap(pool) if pool.inventory is not None else None,
+            windows={},
+        )
+    for policy in sorted(policies, key=lambda p: (p.pool, p.subject)):
+        state = states.get(policy.pool)
+        if state is None:
+            continue
+        state.quotas[policy.subject] = SubjectQuota(
+            subject=policy.subject,
+            priority=policy.priority,
+            weight=policy.weight,
+            policy_reserved=dict(policy.reserved),
+            reserved=dict(policy.reserved),
+            limit=dict(policy.limit) if policy.limit is not None else None,
+        )
+    for reservation in reservations:
+        state = states.get(reservation.pool)
+        start, end = reservation.start.timestamp(), reservation.end.timestamp()
+        if state is None or end <= now_ts:
+            continue
+        state.windows.setdefault(reservation.subject, []).append(Window(start, end, reservation.resources))
+        quota = _quota(state, reservation.subject)
+        if start <= now_ts:
+            add_into(quota.reserved, reservation.resources)
+    for lease in sorted(leases, key=lambda lease: lease.id):
+        state = states.get(lease.pool)
+        if state is None:
+            continue
+        quota = _quota(state, lease.subject)
+        add_into(quota.usage, lease.resources)
+        for key, amount in lease.resources.items():
+            if key in state.free:
+                state.free[key] -= amount
+        quota.leases.append(
+            LeaseView(
+                id=lease.id,
+                subject=lease.subject,
+                resources=lease.resources,
+                borrowed=lease.borrowed,
+                priority=lease.priority,
+                preemptible=lease.preemptible,
+                granted_ts=lease.granted_at.timestamp(),
+                preempting=lease.state == RequestState.PREEMPTING,
+                preempted_for=lease.preempted_for,
+                lease=lease,
+            )
+        )
+        if state.devices is not None:
+            state.devices.occupy(lease.placement)
+    return states
+
+
+def _quota(state: PoolState, subject: str) -> SubjectQuota:
+    """A subject that holds a lease or a reservation without a policy (the policy was deleted since)
+    still has usage to account for; it gets no reserved share of its own."""
+    quota = state.quotas.get(subject)
+    if quota is None:
+        quota = SubjectQuota(subject, priority=0, weight=1.0, policy_reserved={}, reserved={}, limit={})
+        state.quotas[subject] = quota
+    return quota

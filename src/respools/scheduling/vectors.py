@@ -1,0 +1,29 @@
+"""Arithmetic on resource vectors (``dict[str, int]``). Plain functions over dicts keep the hot loop
+free of object overhead."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+Vector = dict[str, int]
+
+
+def add_into(target: Vector, other: Mapping[str, int], sign: int = 1) -> None:
+    for key, amount in other.items():
+        target[key] = target.get(key, 0) + sign * amount
+
+
+def total(vectors: Iterable[Mapping[str, int]]) -> Vector:
+    out: Vector = {}
+    for vector in vectors:
+        add_into(out, vector)
+    return out
+
+
+def scaled(vector: Mapping[str, int], factor: int) -> Vector:
+    return {k: v * factor for k, v in vector.items()} if factor != 1 else dict(vector)
+
+
+def dominates(big: Mapping[str, int], small: Mapping[str, int]) -> bool:
+    """Whether ``big`` asks for at least as much as ``small`` on every key of ``small``."""
+    return all(big.get(k, 0) >= v for k, v in small.items())
