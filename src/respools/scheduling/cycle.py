@@ -24,7 +24,7 @@ from respools.scheduling.preemption import Plan, plan_preemption
 from respools.scheduling.requests import RequestView, view_of
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools
-from respools.scheduling.vectors import dominates
+from respools.scheduling.vectors import add_into, dominates
 
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
 OrderKey = tuple[int, int, float, float, str]
@@ -139,7 +139,7 @@ class _Cycle:
                 continue
             victims = [lv for lv in in_flight.get(rv.id, []) if lv.lease.pool == state.name]
             if victims:
-                self._hold(state, rv, victims)
+                self._hold(state, quota, rv, victims)
                 self._wait(
                     rv,
                     (WaitReason.PREEMPTING, f"waiting for {len(victims)} preempted lease(s) to release"),
@@ -185,7 +185,7 @@ class _Cycle:
                     continue
                 plan = plan_preemption(state, quota, rv)
                 if plan is not None:
-                    self._preempt(state, rv, plan)
+                    self._preempt(state, quota, rv, plan)
                     return
         self.failures.setdefault(rv.subject, []).append((rv.signature, rv.priority, rv.demand, shortfall))
         self._wait(rv, shortfall, pool_name)
@@ -236,9 +236,10 @@ class _Cycle:
             state.devices.occupy(placement)
         self.decisions.grants.append(Grant(rv.id, state.name, Resources(rv.demand), Resources(borrowed), placement))
 
-    def _preempt(self, state: PoolState, rv: RequestView, plan: Plan) -> None:
+    def _preempt(self, state: PoolState, quota: SubjectQuota, rv: RequestView, plan: Plan) -> None:
         for lv in plan.victims:
             lv.preempting = True
+            add_into(state.quotas[lv.subject].leaving, lv.resources)
         ids = tuple(lv.id for lv in plan.victims)
         subjects = sorted({lv.subject for lv in plan.victims})
         message = (
@@ -246,11 +247,12 @@ class _Cycle:
             f"{state.name!r} for request {rv.id} of {rv.subject!r}"
         )
         self.decisions.preemptions.append(Preempt(rv.id, state.name, ids, plan.reason, message))
-        self._hold(state, rv, list(plan.victims))
+        self._hold(state, quota, rv, list(plan.victims))
         self._wait(rv, (WaitReason.PREEMPTING, f"waiting for {len(ids)} preempted lease(s) to release"), state.name)
 
-    def _hold(self, state: PoolState, rv: RequestView, victims: list[LeaseView]) -> None:
+    def _hold(self, state: PoolState, quota: SubjectQuota, rv: RequestView, victims: list[LeaseView]) -> None:
         """Keep what is free now, and the devices the victims will free, for the waiter."""
+        add_into(quota.incoming, rv.demand)
         for key, amount in rv.demand.items():
             if key in state.capacity:
                 held = min(max(state.free.get(key, 0), 0), amount)

@@ -32,8 +32,8 @@ def quota_shortfall(
                 f"non-preemptible: {quota.subject!r} has {_amount(key, quota.reserved.get(key, 0) - used)} "
                 f"of its reserved share free in pool {pool.name!r}, needs {_amount(key, amount)}",
             )
-        limit = quota.limit_of(key, capacity)
-        if used + amount > limit:
+        limit = quota.limit.get(key) if quota.limit else None  # absent: the pool total, which free covers
+        if limit is not None and used + amount > limit:
             reason = WaitReason.STEP_RUN_SLOTS if key == STEP_RUN else WaitReason.LIMIT
             return (
                 reason,

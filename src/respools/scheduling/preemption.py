@@ -70,7 +70,8 @@ def _candidates(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> list[C
         for other in pool.quotas.values():
             if other is quota:
                 continue
-            borrowing = [k for k in short if other.usage.get(k, 0) > other.reserved.get(k, 0)]
+            effective = other.effective()
+            borrowing = [k for k in short if effective.get(k, 0) > other.reserved.get(k, 0)]
             if not borrowing:
                 continue
             if reclaim:
@@ -122,7 +123,7 @@ def _fair(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Ca
     """Kueue's rule: the preemptor's share after the grant stays ≤ each victim subject's share after
     its loss, so the two can never take capacity back and forth."""
     _, own = _released(chosen)
-    after: Vector = dict(quota.usage)
+    after = quota.effective()
     add_into(after, own, -1)
     add_into(after, rv.demand)
     mine = quota.share(pool.capacity, after)
@@ -132,7 +133,7 @@ def _fair(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Ca
             add_into(losses.setdefault(c.lease.subject, {}), c.lease.resources)
     for subject, lost in losses.items():
         victim = pool.quotas[subject]
-        remaining = dict(victim.usage)
+        remaining = victim.effective()
         add_into(remaining, lost, -1)
         if mine > victim.share(pool.capacity, remaining):
             return False

@@ -42,6 +42,18 @@ class SubjectQuota:
     limit: Vector | None
     usage: Vector = field(default_factory=dict)
     leases: list[LeaseView] = field(default_factory=list)
+    leaving: Vector = field(default_factory=dict)
+    """Usage of leases already told to go (preempting), which still hold their capacity."""
+    incoming: Vector = field(default_factory=dict)
+    """Demand of waiters that preempted and hold capacity, not yet granted."""
+
+    def effective(self) -> Vector:
+        """Usage once every preemption under way has completed: what fairness is judged on, so that
+        several waiters in one cycle do not all count the same victim's share."""
+        out = dict(self.usage)
+        add_into(out, self.leaving, -1)
+        add_into(out, self.incoming)
+        return out
 
     def limit_of(self, key: str, capacity: int) -> int:
         if self.limit is None:
@@ -136,6 +148,8 @@ def build_pools(
             continue
         quota = _quota(state, lease.subject)
         add_into(quota.usage, lease.resources)
+        if lease.state == RequestState.PREEMPTING:
+            add_into(quota.leaving, lease.resources)
         for key, amount in lease.resources.items():
             if key in state.free:
                 state.free[key] -= amount
