@@ -116,7 +116,7 @@ class Sim:
                 attempt=request.attempt,
                 granted_at=self.now,
                 started_at=self.now,
-                expires_at=self.now + timedelta(hours=1),
+                expires_at=self.now + timedelta(days=7),  # scenarios that test expiry set it
                 max_runtime_s=request.max_runtime_s,
             )
             request.state = RequestState.GRANTED

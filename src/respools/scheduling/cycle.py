@@ -114,7 +114,7 @@ class _Cycle:
             if not rv.candidates:
                 self.decisions.rejects.append(Reject(rv.id, "; ".join(reasons)))
                 continue
-            rv.signature = (tuple(s.name for s, _ in rv.candidates), rv.preemptible, rv.shape)
+            rv.signature = (tuple(s.name for s, _ in rv.candidates), rv.preemptible, rv.shape, request.max_runtime_s)
             views.append(rv)
         return views
 
