@@ -12,7 +12,7 @@ from .sim import policy, pool
 
 
 def test_reserved_above_limit_is_refused_by_the_schema() -> None:
-    with pytest.raises(ValidationError, match="exceeds limit.gpu"):
+    with pytest.raises(ValidationError, match=r"exceeds limit\.gpu"):
         PolicySpec.model_validate({"subject": "a", "pool": "p", "reserved": {"gpu": 4}, "limit": {"gpu": 2}})
 
 

@@ -174,9 +174,7 @@ def test_preempted_request_requeues_with_its_original_position() -> None:
 
 
 def test_fair_share_preemption_converges_without_flapping() -> None:
-    sim = Sim(
-        [pool("p", gpu=8, fair_share_preemption=True)], [policy("a", "p"), policy("b", "p")]
-    )
+    sim = Sim([pool("p", gpu=8, fair_share_preemption=True)], [policy("a", "p"), policy("b", "p")])
     for _ in range(8):
         sim.submit("a", True, gpu=1)
     sim.step()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
 
@@ -198,5 +197,3 @@ def test_e18_no_lease_on_the_second_pool() -> None:
     sim.submit("a", True, gpu=1)
     sim.step()
     assert sim.held("a", pool="north") == 0 and sim.held("a", pool="west") == 1
-
-

@@ -15,19 +15,22 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterable
+from typing import cast
 
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
 from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, Wait
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.preemption import Plan, plan_preemption
-from respools.scheduling.requests import RequestView, view_of
+from respools.scheduling.requests import RequestView, group_key, view_of
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools
 from respools.scheduling.vectors import add_into, dominates
 
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
 OrderKey = tuple[int, int, float, float, str]
+Failure = tuple[tuple[object, ...], int, dict[str, int], Shortfall]
+"""Signature, request priority, demand and shortfall of a request that could not be served."""
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
@@ -42,7 +45,7 @@ class _Cycle:
         self.decisions = Decisions()
         self.position = 0
         self.pools: dict[str, PoolState] = {}
-        self.failures: dict[str, list[tuple[tuple[object, ...], int, dict[str, int], Shortfall]]] = {}
+        self.failures: dict[str, list[Failure]] = {}
 
     def run(self) -> Decisions:
         live = self._expire(self.snapshot.leases)
@@ -81,42 +84,51 @@ class _Cycle:
                 pools_of.setdefault(policy.subject, []).append((-policy.priority, policy.pool))
         for ranked in pools_of.values():
             ranked.sort()
-        cache: dict[tuple[object, ...], str | None] = {}
+        groups: dict[tuple[object, ...], RequestView] = {}
         views: list[RequestView] = []
-        ordered = sorted(requests, key=lambda r: (-r.priority, r.submitted_at.timestamp(), r.id))
-        for request in ordered:
-            rv = view_of(request)
-            names = [n for _, n in pools_of.get(rv.subject, [])]
-            if request.pools is not None:
-                names = [n for n in names if n in request.pools]
-            if not names:
-                asked = f" among {', '.join(request.pools)}" if request.pools else ""
-                self.decisions.rejects.append(
-                    Reject(
-                        rv.id,
-                        f"subject {rv.subject!r} has no policy on any pool{asked}: ask an admin for one",
-                    )
-                )
-                continue
-            reasons = []
-            demand_key = tuple(sorted(rv.demand.items()))
-            for name in names:
-                state = self.pools[name]
-                quota = state.quotas[rv.subject]
-                key = (name, rv.subject, demand_key, rv.preemptible, rv.shape)
-                if key not in cache:
-                    cache[key] = ineligibility(state, quota, rv)
-                why = cache[key]
-                if why is None:
-                    rv.candidates.append((state, quota))
-                else:
-                    reasons.append(why)
-            if not rv.candidates:
-                self.decisions.rejects.append(Reject(rv.id, "; ".join(reasons)))
-                continue
-            rv.signature = (tuple(s.name for s, _ in rv.candidates), rv.preemptible, rv.shape, request.max_runtime_s)
-            views.append(rv)
+        for request in sorted(requests, key=lambda r: (-r.priority, r.submitted_at, r.id)):
+            key = group_key(request)
+            first = groups.get(key)
+            if first is None:
+                rv = groups[key] = view_of(request)
+                self._classify(rv, [n for _, n in pools_of.get(rv.subject, [])])
+            else:
+                rv = first.sibling(request)
+            if rv.group.rejection is not None:
+                self.decisions.rejects.append(Reject(rv.id, rv.group.rejection))
+            else:
+                views.append(rv)
         return views
+
+    def _classify(self, rv: RequestView, names: list[str]) -> None:
+        """Fill the group's candidate pools, or its rejection when none is eligible."""
+        request = rv.request
+        if request.pools is not None:
+            names = [n for n in names if n in request.pools]
+        if not names:
+            asked = f" among {', '.join(request.pools)}" if request.pools else ""
+            rv.group.rejection = f"subject {rv.subject!r} has no policy on any pool{asked}: ask an admin for one"
+            return
+        reasons = []
+        for name in names:
+            state = self.pools[name]
+            quota = state.quotas[rv.subject]
+            why = ineligibility(state, quota, rv)
+            if why is None:
+                rv.group.candidates.append((state, quota))
+            else:
+                reasons.append(why)
+        if not rv.group.candidates:
+            rv.group.rejection = "; ".join(reasons)
+            return
+        names = [s.name for s, _ in rv.group.candidates]
+        shape = rv.shape
+        rv.group.signature = (
+            tuple(names),
+            rv.preemptible,
+            (shape.gpu_class, shape.selectors, shape.replicas, shape.memory_mb),
+            request.max_runtime_s,
+        )
 
     # -- (4) nominated waiters ----------------------------------------------------------------------
 
@@ -130,6 +142,8 @@ class _Cycle:
         done: set[str] = set()
         for rv in views:
             nominated = rv.request.nominated_pool
+            if nominated is None:
+                continue
             entry = next(((s, q) for s, q in rv.candidates if s.name == nominated), None)
             if entry is None:
                 continue
@@ -151,28 +165,30 @@ class _Cycle:
     # -- (5) the queues -----------------------------------------------------------------------------
 
     def _serve_queues(self, views: list[RequestView]) -> None:
-        queues: dict[str, list[RequestView]] = {}
-        for rv in views:
-            queues.setdefault(rv.subject, []).append(rv)
-        cursor = dict.fromkeys(queues, 0)
-        heap: list[tuple[OrderKey, str]] = [(_order_key(q[0]), s) for s, q in queues.items()]
+        """Subjects compete through their queue heads (a heap keyed by §2.4's order); inside a subject,
+        requests are kept per group, and a group whose failure is known for the rest of the cycle is
+        answered in bulk, so that the queue's length costs one pass, not one decision each."""
+        queues: dict[str, _SubjectQueue] = {}
+        for rv in views:  # already in (priority, submission) order
+            queue = queues.get(rv.subject)
+            if queue is None:
+                queue = queues[rv.subject] = _SubjectQueue()
+            queue.add(rv)
+        heap: list[tuple[OrderKey, str]] = []
+        for subject, queue in queues.items():
+            queue.start()
+            heap.append((_order_key(queue.head()), subject))
         heapq.heapify(heap)
         while heap:
             _, subject = heapq.heappop(heap)
             queue = queues[subject]
-            index = cursor[subject]
-            self._serve(queue[index])
-            index += 1
+            self._serve(queue.pop())
             failures = self.failures.get(subject)
-            while failures and index < len(queue):
-                known = _known_failure(queue[index], failures)
-                if known is None:
-                    break
-                self._wait(queue[index], known, queue[index].candidates[0][0].name)
-                index += 1
-            cursor[subject] = index
-            if index < len(queue):
-                heapq.heappush(heap, (_order_key(queue[index]), subject))
+            if failures:
+                for group_queue in queue.settle(failures):
+                    self._wait_all(group_queue)
+            if queue:
+                heapq.heappush(heap, (_order_key(queue.head()), subject))
 
     def _serve(self, rv: RequestView) -> None:
         first = self._try_grant_anywhere(rv)
@@ -187,7 +203,7 @@ class _Cycle:
                 if plan is not None:
                     self._preempt(state, quota, rv, plan)
                     return
-        self.failures.setdefault(rv.subject, []).append((rv.signature, rv.priority, rv.demand, shortfall))
+        self.failures.setdefault(rv.subject, []).append((rv.group.signature, rv.priority, rv.demand, shortfall))
         self._wait(rv, shortfall, pool_name)
 
     def _try_grant_anywhere(self, rv: RequestView) -> tuple[Shortfall, str] | None:
@@ -268,9 +284,62 @@ class _Cycle:
         if target is not None:
             state.devices.occupy(target)
 
+    def _wait_all(self, views: list[RequestView]) -> None:
+        for rv in views:
+            shortfall = cast(Shortfall, rv.group.failure)
+            self._wait(rv, shortfall, rv.candidates[0][0].name)
+
     def _wait(self, rv: RequestView, shortfall: Shortfall, pool: str | None) -> None:
         self.position += 1
         self.decisions.waits.append(Wait(rv.id, shortfall[0], shortfall[1], self.position, pool))
+
+
+class _SubjectQueue:
+    """One subject's waiting requests, split by group, each group in queue order."""
+
+    def __init__(self) -> None:
+        self._groups: dict[int, list[RequestView]] = {}
+        self._heads: list[tuple[int, float, str, int]] = []
+
+    def add(self, rv: RequestView) -> None:
+        self._groups.setdefault(id(rv.group), []).append(rv)
+
+    def start(self) -> None:
+        for key, members in self._groups.items():
+            members.reverse()  # pop() from the end takes the oldest
+            self._push(key)
+
+    def _push(self, key: int) -> None:
+        rv = self._groups[key][-1]
+        heapq.heappush(self._heads, (-rv.priority, rv.submitted_ts, rv.id, key))
+
+    def __bool__(self) -> bool:
+        return bool(self._heads)
+
+    def head(self) -> RequestView:
+        return self._groups[self._heads[0][3]][-1]
+
+    def pop(self) -> RequestView:
+        key = heapq.heappop(self._heads)[3]
+        members = self._groups[key]
+        rv = members.pop()
+        if members:
+            self._push(key)
+        else:
+            del self._groups[key]
+        return rv
+
+    def settle(self, failures: list[Failure]) -> list[list[RequestView]]:
+        """Take out every group bound to fail for the rest of the cycle; return their members."""
+        doomed = [key for key, members in self._groups.items() if _known_failure(members[-1], failures)]
+        if not doomed:
+            return []
+        out = []
+        for key in doomed:
+            out.append(self._groups.pop(key)[::-1])
+        self._heads = [h for h in self._heads if h[3] in self._groups]
+        heapq.heapify(self._heads)
+        return out
 
 
 def _order_key(rv: RequestView) -> OrderKey:
@@ -300,10 +369,14 @@ def _order_key(rv: RequestView) -> OrderKey:
     return (-quota.priority, 1, share, rv.submitted_ts, rv.id)
 
 
-def _known_failure(
-    rv: RequestView, failures: list[tuple[tuple[object, ...], int, dict[str, int], Shortfall]]
-) -> Shortfall | None:
-    for signature, priority, demand, shortfall in failures:
-        if signature == rv.signature and rv.priority <= priority and dominates(rv.demand, demand):
-            return shortfall
-    return None
+def _known_failure(rv: RequestView, failures: list[Failure]) -> Shortfall | None:
+    """A failure of the same subject this cycle that this request is bound to repeat: same constraints,
+    no higher priority, at least as much asked. Checked once per group and new failure."""
+    group = rv.group
+    if group.failure is None:
+        for signature, priority, demand, shortfall in failures[group.failures_seen :]:
+            if signature == group.signature and rv.priority <= priority and dominates(rv.demand, demand):
+                group.failure = shortfall
+                break
+        group.failures_seen = len(failures)
+    return cast(Shortfall | None, group.failure)

@@ -38,7 +38,7 @@ class Preempt:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per waiting request per cycle, and frozen init costs twice as much
 class Wait:
     request_id: str
     reason: WaitReason

@@ -14,7 +14,7 @@ from respools.model import (
     is_mig_key,
 )
 from respools.scheduling.catalogue import matches_class
-from respools.scheduling.placement import GPU_MEMORY_KEY, possible_on_empty
+from respools.scheduling.placement import GPU_MEMORY_KEY
 from respools.scheduling.requests import RequestView
 from respools.scheduling.state import PoolState, SubjectQuota
 
@@ -44,7 +44,7 @@ def ineligibility(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str 
             if key in UNBOUNDED_WHEN_UNMETERED or (key == GPU_MEMORY_KEY and spec.inventory is not None):
                 continue
             return f"pool {name!r} does not offer {key!r} (it offers {', '.join(sorted(pool.capacity))})"
-        asked = format_resources({key: amount})
+        asked = _Lazy(key, amount)
         if amount > capacity:
             return f"asks for {asked} but pool {name!r} has {format_resources({key: capacity})} in all"
         if quota.limit is not None and key in quota.limit and amount > quota.limit[key]:
@@ -63,6 +63,16 @@ def ineligibility(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str 
     if spec.inventory is not None:
         return _inventory_reason(pool, rv)
     return None
+
+
+class _Lazy:
+    """A formatted amount built only if a message needs it: most requests are eligible."""
+
+    def __init__(self, key: str, amount: int) -> None:
+        self.key, self.amount = key, amount
+
+    def __format__(self, spec: str) -> str:
+        return format(format_resources({self.key: self.amount}), spec)
 
 
 def _reservable(pool: PoolState, subject: str, key: str) -> int:
@@ -86,5 +96,5 @@ def _forms_reason(pool: PoolState, resources: Mapping[str, int]) -> str | None:
 
 
 def _inventory_reason(pool: PoolState, rv: RequestView) -> str | None:
-    reason = possible_on_empty(pool.spec, rv.shape)
+    reason = pool.placement_impossible(rv.shape)
     return f"pool {pool.name!r}: {reason}" if reason else None

@@ -19,40 +19,54 @@ def quota_shortfall(
     released: Mapping[str, int] | None = None,
     own_released: Mapping[str, int] | None = None,
 ) -> Shortfall | None:
-    """Accounting check on every metered key. ``released`` is capacity that planned preemptions would
-    return (``own_released`` the waiter's own part of it)."""
+    """Accounting check on every metered key, with the reason it fails in words. ``released`` is
+    capacity that planned preemptions would return (``own_released`` the waiter's own part of it)."""
+    miss = quota_miss(pool, quota, rv, released, own_released)
+    return None if miss is None else _explain(pool, quota, miss)
+
+
+Miss = tuple[WaitReason, str, int, int]
+"""Why the books say no: reason, key, what there is, what is asked (before any wording)."""
+
+
+def quota_miss(
+    pool: PoolState,
+    quota: SubjectQuota,
+    rv: RequestView,
+    released: Mapping[str, int] | None = None,
+    own_released: Mapping[str, int] | None = None,
+) -> Miss | None:
+    """The check itself, cheap enough for preemption planning to call once per candidate victim."""
     for key, amount in rv.demand.items():
         capacity = pool.capacity.get(key)
         if capacity is None:
             continue
         used = quota.usage.get(key, 0) - (own_released.get(key, 0) if own_released else 0)
         if not rv.preemptible and used + amount > quota.reserved.get(key, 0):
-            return (
-                WaitReason.RESERVED_SHARE,
-                f"non-preemptible: {quota.subject!r} has {_amount(key, quota.reserved.get(key, 0) - used)} "
-                f"of its reserved share free in pool {pool.name!r}, needs {_amount(key, amount)}",
-            )
+            return (WaitReason.RESERVED_SHARE, key, quota.reserved.get(key, 0) - used, amount)
         limit = quota.limit.get(key) if quota.limit else None  # absent: the pool total, which free covers
         if limit is not None and used + amount > limit:
-            reason = WaitReason.STEP_RUN_SLOTS if key == STEP_RUN else WaitReason.LIMIT
-            return (
-                reason,
-                f"{quota.subject!r} uses {_amount(key, used)} of its limit {_amount(key, limit)} "
-                f"in pool {pool.name!r}, needs {_amount(key, amount)} more",
-            )
+            return (WaitReason.STEP_RUN_SLOTS if key == STEP_RUN else WaitReason.LIMIT, key, limit - used, amount)
         free = pool.free.get(key, 0) + (released.get(key, 0) if released else 0)
         if free < amount:
             if free + pool.held.get(key, 0) >= amount:
-                return (
-                    WaitReason.HELD_FOR_PREEMPTOR,
-                    f"capacity in pool {pool.name!r} is held for a request that preempted for it",
-                )
-            reason = WaitReason.STEP_RUN_SLOTS if key == STEP_RUN else WaitReason.NO_CAPACITY
-            return (
-                reason,
-                f"pool {pool.name!r} has {_amount(key, free)} free, needs {_amount(key, amount)}",
-            )
+                return (WaitReason.HELD_FOR_PREEMPTOR, key, free, amount)
+            return (WaitReason.STEP_RUN_SLOTS if key == STEP_RUN else WaitReason.NO_CAPACITY, key, free, amount)
     return None
+
+
+def _explain(pool: PoolState, quota: SubjectQuota, miss: Miss) -> Shortfall:
+    reason, key, have, need = miss
+    where = f"in pool {pool.name!r}"
+    if reason is WaitReason.RESERVED_SHARE:
+        text = f"non-preemptible: {quota.subject!r} has {_amount(key, have)} of its reserved share free {where}"
+    elif reason is WaitReason.LIMIT or (reason is WaitReason.STEP_RUN_SLOTS and quota.limit and key in quota.limit):
+        text = f"{quota.subject!r} has {_amount(key, have)} left under its limit {where}"
+    elif reason is WaitReason.HELD_FOR_PREEMPTOR:
+        text = f"capacity {where} is held for a request that preempted for it"
+    else:
+        text = f"pool {pool.name!r} has {_amount(key, have)} free"
+    return (reason, f"{text}, needs {_amount(key, need)}")
 
 
 def reservation_shortfall(pool: PoolState, quota: SubjectQuota, rv: RequestView, now_ts: float) -> Shortfall | None:

@@ -67,9 +67,20 @@ class GpuSlot:
 
 @dataclass(slots=True)
 class HostSlots:
+    """A host's GPUs plus running totals that let placement skip hosts that cannot fit without
+    looking at their GPUs (upper bounds: class and selectors may exclude some of the devices)."""
+
     name: str
     labels: dict[str, str]
     gpus: list[GpuSlot]
+    free_whole: int = 0
+    free_milli: int = 0
+    free_mig: dict[str, int] = field(default_factory=dict)
+
+    def may_fit(self, shape: Shape) -> bool:
+        if shape.whole > self.free_whole or shape.fraction > self.free_milli:
+            return False
+        return all(self.free_mig.get(profile, 0) >= count for profile, count in shape.mig)
 
 
 class DeviceMap:
@@ -78,6 +89,7 @@ class DeviceMap:
     def __init__(self, pool: PoolSpec) -> None:
         self.hosts: list[HostSlots] = []
         self._by_uuid: dict[str, GpuSlot] = {}
+        self._host_of: dict[str, HostSlots] = {}
         for host in sorted(pool.inventory or [], key=lambda h: h.name):
             self.hosts.append(self._host_slots(host))
         self._matches_cache: dict[tuple[str, str | None, tuple[tuple[str, str], ...]], bool] = {}
@@ -97,7 +109,16 @@ class DeviceMap:
             )
             slots.append(slot)
             self._by_uuid[gpu.uuid] = slot
-        return HostSlots(host.name, host.labels, slots)
+        hs = HostSlots(host.name, host.labels, slots)
+        for slot in slots:
+            if slot.mig_enabled:
+                for profile in slot.mig_profile_of.values():
+                    hs.free_mig[profile] = hs.free_mig.get(profile, 0) + 1
+            else:
+                hs.free_whole += 1
+                hs.free_milli += MILLI
+        self._host_of[host.name] = hs
+        return hs
 
     # -- occupancy ----------------------------------------------------------------------------------
 
@@ -108,14 +129,24 @@ class DeviceMap:
             slot = self._by_uuid.get(item.gpu_uuid)
             if slot is None:
                 continue
+            host = self._host_of[slot.host]
             if item.mig_uuid is not None:
-                if sign > 0:
+                profile = slot.mig_profile_of.get(item.mig_uuid)
+                if profile is None:
+                    continue
+                if sign > 0 and item.mig_uuid not in slot.mig_used:
                     slot.mig_used.add(item.mig_uuid)
-                else:
+                    host.free_mig[profile] -= 1
+                elif sign < 0 and item.mig_uuid in slot.mig_used:
                     slot.mig_used.discard(item.mig_uuid)
+                    host.free_mig[profile] += 1
                 continue
+            was_free = slot.used_milli == 0
+            before = max(0, MILLI - slot.used_milli)
             slot.used_milli += sign * item.milli
             slot.used_memory += sign * self._memory_of(item, slot)
+            host.free_whole += (slot.used_milli == 0) - was_free
+            host.free_milli += max(0, MILLI - slot.used_milli) - before
 
     @staticmethod
     def _memory_of(item: PlacementItem, slot: GpuSlot) -> int:
@@ -152,7 +183,7 @@ class DeviceMap:
         for _ in range(shape.replicas):
             best: tuple[int, str, list[PlacementItem]] | None = None
             for host in self.hosts:
-                if host.name in used_hosts:
+                if host.name in used_hosts or not host.may_fit(shape):
                     continue
                 found = self._place_on_host(host, shape)
                 if found is None:
@@ -249,11 +280,12 @@ class DeviceMap:
         return items
 
 
-def possible_on_empty(pool: PoolSpec, shape: Shape) -> str | None:
-    """Why ``shape`` could never be placed on this inventory, or None if it could on an empty pool."""
+def possible_on_empty(empty: DeviceMap, shape: Shape) -> str | None:
+    """Why ``shape`` could never be placed on this inventory (``empty`` is its map with nothing
+    occupied), or None if it could on an empty pool."""
     if not shape.needs_devices:
         return None
-    if DeviceMap(pool).place(shape) is not None:
+    if empty.place(shape) is not None:
         return None
     what = []
     if shape.whole:

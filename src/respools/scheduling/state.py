@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from respools.model import Form, Lease, PolicySpec, PoolSpec, RequestState, ReservationSpec
-from respools.scheduling.placement import DeviceMap
+from respools.scheduling.placement import DeviceMap, Shape, possible_on_empty
 from respools.scheduling.validation import pool_capacity
 from respools.scheduling.vectors import Vector, add_into
 
@@ -94,6 +94,16 @@ class PoolState:
     devices: DeviceMap | None
     windows: dict[str, list[Window]]
     """Reservations per subject that have not ended yet."""
+    never_fits: dict[Shape, str | None] = field(default_factory=dict)
+    """Per device shape, why it could not be placed even on the empty inventory (cached per cycle)."""
+    _empty: DeviceMap | None = None
+
+    def placement_impossible(self, shape: Shape) -> str | None:
+        if shape not in self.never_fits:
+            if self._empty is None:
+                self._empty = DeviceMap(self.spec)
+            self.never_fits[shape] = possible_on_empty(self._empty, shape)
+        return self.never_fits[shape]
 
     @property
     def name(self) -> str:
