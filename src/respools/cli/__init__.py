@@ -13,9 +13,15 @@ app = typer.Typer(
 )
 
 
+@app.callback()
+def _root() -> None:
+    """GPU resource pools for ML pipelines."""
+
+
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``; keep one line per module.
-    pass
+    from respools.cli import agent  # noqa: F401
+    from respools.cli import server  # noqa: F401
 
 
 _register()
