@@ -1,0 +1,117 @@
+"""Fixtures for the Kubernetes backend's tests.
+
+``apiserver`` runs kmock's Kubernetes emulator on a free loopback port in a background thread, so the real
+(synchronous) ``kubernetes`` client talks HTTP to it exactly as it would to a cluster. kmock stores and
+serves objects but ignores ``labelSelector`` on lists; the fixture adds that one piece of API behaviour
+(equality selectors) so that tests can tell whether the backend selects what it should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes.client import ApiClient, Configuration
+from respools_kubernetes import KubernetesBackend
+from respools_kubernetes.settings import KubernetesSettings
+
+from respools.model import Lease, PoolSpec
+
+LISTED_RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs")
+
+
+@pytest.fixture
+def apiserver() -> Iterator[kmock.KubernetesEmulator]:
+    loop = asyncio.new_event_loop()
+    started: Future[tuple[kmock.KubernetesEmulator, asyncio.Event]] = Future()
+
+    async def serve() -> None:
+        stopping = asyncio.Event()
+        async with kmock.KubernetesEmulator() as handler, kmock.Server(handler):
+            for resource in LISTED_RESOURCES:
+                handler[kmock.action.LIST, kmock.resource(resource)] << _selecting_list(handler, resource)
+            started.set_result((handler, stopping))
+            await stopping.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    handler, stopping = started.result(timeout=10)
+    yield handler
+    loop.call_soon_threadsafe(stopping.set)
+    thread.join(timeout=10)
+    loop.close()
+
+
+def _selecting_list(handler: kmock.KubernetesEmulator, resource: str) -> Callable[[kmock.Request], dict[str, Any]]:
+    wanted = kmock.resource(resource)
+
+    def respond(request: kmock.Request) -> dict[str, Any]:
+        selector = dict(term.split("=", 1) for term in request.params.get("labelSelector", "").split(",") if term)
+        items = [
+            obj.raw
+            for (kind, namespace, _), obj in handler.objects.items()
+            if kind == wanted
+            and not obj.deleted
+            and (request.namespace is None or namespace == request.namespace)
+            and _matches(obj.raw.get("metadata", {}).get("labels") or {}, selector)
+        ]
+        return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": items}
+
+    return respond
+
+
+def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+@pytest.fixture
+def backend(apiserver: kmock.KubernetesEmulator) -> KubernetesBackend:
+    """The backend, its API client pointed at the emulator."""
+    url = str(apiserver.url).rstrip("/")
+
+    def api_client(settings: KubernetesSettings) -> ApiClient:
+        return ApiClient(Configuration(host=url))
+
+    return KubernetesBackend(api_client_factory=api_client)
+
+
+@pytest.fixture
+def make_lease() -> Callable[..., Lease]:
+    """``make_lease({"gpu": 0.25}, items=[...])``: a granted lease in wire form (GPUs as decimals)."""
+
+    def make(resources: dict[str, float], items: list[dict[str, Any]] | None = None, **fields: Any) -> Lease:
+        now = datetime.now(UTC)
+        return Lease.model_validate(
+            {
+                "id": "lease-1",
+                "request_id": "req-1",
+                "subject": "team-a",
+                "pool": "k8s",
+                "stack": "kubernetes",
+                "resources": resources,
+                "placement": {"items": items or []},
+                "state": "granted",
+                "preemptible": True,
+                "granted_at": now,
+                "expires_at": now + timedelta(minutes=1),
+                **fields,
+            }
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_pool() -> Callable[..., PoolSpec]:
+    """``make_pool(settings={...}, inventory=[...])``: a kubernetes pool."""
+
+    def make(**fields: Any) -> PoolSpec:
+        return PoolSpec.model_validate({"name": "k8s", "stack": "kubernetes", **fields})
+
+    return make

@@ -1,0 +1,78 @@
+"""Fixtures for the Vertex backend's tests.
+
+``google_api`` runs a kmock HTTP server on a free loopback port in a background thread, standing in for
+Google's REST endpoints: the real ``JobServiceClient`` (REST transport) and an authorized ``requests``
+session talk HTTP to it, and the test reads back what they sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kmock
+import pytest
+
+from respools.model import Lease, PoolSpec
+
+
+@pytest.fixture
+def google_api() -> Iterator[kmock.RawHandler]:
+    loop = asyncio.new_event_loop()
+    started: Future[tuple[kmock.RawHandler, asyncio.Event]] = Future()
+
+    async def serve() -> None:
+        stopping = asyncio.Event()
+        async with kmock.RawHandler() as handler, kmock.Server(handler):
+            started.set_result((handler, stopping))
+            await stopping.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
+    thread.start()
+    handler, stopping = started.result(timeout=10)
+    yield handler
+    loop.call_soon_threadsafe(stopping.set)
+    thread.join(timeout=10)
+    loop.close()
+
+
+@pytest.fixture
+def make_lease() -> Callable[..., Lease]:
+    """``make_lease({"gpu": 2})``: a granted lease in wire form (GPUs as decimals)."""
+
+    def make(resources: dict[str, float], **fields: Any) -> Lease:
+        now = datetime.now(UTC)
+        return Lease.model_validate(
+            {
+                "id": "lease_1f2e",
+                "request_id": "req_1",
+                "subject": "team-a",
+                "pool": "vertex-a100",
+                "stack": "vertex",
+                "resources": resources,
+                "state": "granted",
+                "preemptible": True,
+                "granted_at": now,
+                "expires_at": now + timedelta(minutes=1),
+                **fields,
+            }
+        )
+
+    return make
+
+
+@pytest.fixture
+def make_pool() -> Callable[..., PoolSpec]:
+    """``make_pool(settings={...})``: a vertex pool of A100 40GB in project ``ml-prod``."""
+
+    def make(**fields: Any) -> PoolSpec:
+        settings = {"project": "ml-prod", "region": "us-central1", "accelerator_type": "NVIDIA_TESLA_A100"}
+        return PoolSpec.model_validate(
+            {"name": "vertex-a100", "stack": "vertex", **fields, "settings": settings | fields.get("settings", {})}
+        )
+
+    return make
