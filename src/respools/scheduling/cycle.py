@@ -12,9 +12,12 @@ constraints is known to fail without another look (capacity only shrinks during 
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from typing import cast
 
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
@@ -22,7 +25,7 @@ from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Rej
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.preemption import Plan, plan_preemption
-from respools.scheduling.requests import RequestView, group_key, view_of
+from respools.scheduling.requests import RequestGroup, RequestView, group_key, view_of
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools
 from respools.scheduling.vectors import add_into, dominates
@@ -35,7 +38,22 @@ Failure = tuple[tuple[object, ...], int, dict[str, int], Shortfall]
 
 def schedule(snapshot: Snapshot) -> Decisions:
     """Decide grants, rejections, preemptions and waits for one snapshot."""
-    return _Cycle(snapshot).run()
+    with _collector_paused():
+        return _Cycle(snapshot).run()
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """A cycle allocates many short-lived tuples and no garbage cycles; left on, the cyclic collector
+    would run generational passes over the whole snapshot (hundreds of thousands of objects) again and
+    again, which measured as most of a large cycle's time. Reference counting frees everything anyway."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class _Cycle:
@@ -51,9 +69,9 @@ class _Cycle:
         live = self._expire(self.snapshot.leases)
         s = self.snapshot
         self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live)
-        views = self._eligible(s.requests)
-        done = self._serve_nominated(views)
-        self._serve_queues([rv for rv in views if rv.id not in done])
+        groups = self._eligible(s.requests)
+        self._serve_nominated(groups)
+        self._serve_queues(groups)
         return self.decisions
 
     # -- (1) deadlines ------------------------------------------------------------------------------
@@ -78,27 +96,43 @@ class _Cycle:
     # -- (3) eligibility ----------------------------------------------------------------------------
 
     def _eligible(self, requests: Iterable[Request]) -> list[RequestView]:
+        """Group look-alike requests, classify each group once, reject the groups that fit nowhere.
+        Returns one view per group (its first request), members in ``group.members``."""
         pools_of: dict[str, list[tuple[int, str]]] = {}
         for policy in self.snapshot.policies:
             if policy.pool in self.pools:
                 pools_of.setdefault(policy.subject, []).append((-policy.priority, policy.pool))
         for ranked in pools_of.values():
             ranked.sort()
-        groups: dict[tuple[object, ...], RequestView] = {}
-        views: list[RequestView] = []
-        for request in sorted(requests, key=lambda r: (-r.priority, r.submitted_at, r.id)):
+        members: dict[tuple[object, ...], list[Request]] = {}
+        for request in requests:
             key = group_key(request)
-            first = groups.get(key)
-            if first is None:
-                rv = groups[key] = view_of(request)
+            bucket = members.get(key)
+            if bucket is None:
+                members[key] = [request]
+            else:
+                bucket.append(request)
+        heads: list[RequestView] = []
+        classified: dict[tuple[object, ...], RequestGroup] = {}
+        for key, bucket in members.items():
+            bucket.sort(key=_submission_order, reverse=True)
+            rv = view_of(bucket[-1])
+            # Eligibility does not depend on request priority or nomination: classify once for all.
+            same = classified.get(key[:3] + key[4:9])
+            if same is None:
+                classified[key[:3] + key[4:9]] = rv.group
                 self._classify(rv, [n for _, n in pools_of.get(rv.subject, [])])
             else:
-                rv = first.sibling(request)
-            if rv.group.rejection is not None:
-                self.decisions.rejects.append(Reject(rv.id, rv.group.rejection))
+                rv.group.candidates = same.candidates
+                rv.group.rejection = same.rejection
+                rv.group.signature = same.signature
+            rv.group.members = bucket
+            if rv.group.rejection is None:
+                heads.append(rv)
             else:
-                views.append(rv)
-        return views
+                self.decisions.rejects.extend(Reject(r.id, rv.group.rejection) for r in reversed(bucket))
+        heads.sort(key=lambda rv: (-rv.priority, rv.submitted_ts, rv.id))
+        return heads
 
     def _classify(self, rv: RequestView, names: list[str]) -> None:
         """Fill the group's candidate pools, or its rejection when none is eligible."""
@@ -132,52 +166,49 @@ class _Cycle:
 
     # -- (4) nominated waiters ----------------------------------------------------------------------
 
-    def _serve_nominated(self, views: list[RequestView]) -> set[str]:
+    def _serve_nominated(self, groups: list[RequestView]) -> None:
         in_flight: dict[str, list[LeaseView]] = {}
         for state in self.pools.values():
             for quota in state.quotas.values():
                 for lv in quota.leases:
                     if lv.preempting and lv.preempted_for:
                         in_flight.setdefault(lv.preempted_for, []).append(lv)
-        done: set[str] = set()
-        for rv in views:
-            nominated = rv.request.nominated_pool
+        for proto in groups:
+            nominated = proto.request.nominated_pool
             if nominated is None:
                 continue
-            entry = next(((s, q) for s, q in rv.candidates if s.name == nominated), None)
+            entry = next(((s, q) for s, q in proto.candidates if s.name == nominated), None)
             if entry is None:
                 continue
             state, quota = entry
-            if self._try_grant(state, quota, rv) is None:
-                done.add(rv.id)
-                continue
-            victims = [lv for lv in in_flight.get(rv.id, []) if lv.lease.pool == state.name]
-            if victims:
+            undecided = []
+            for request in reversed(proto.group.members):
+                rv = proto.sibling(request)
+                if self._try_grant(state, quota, rv) is None:
+                    continue
+                victims = [lv for lv in in_flight.get(rv.id, []) if lv.lease.pool == state.name]
+                if not victims:
+                    undecided.append(request)
+                    continue
                 self._hold(state, quota, rv, victims)
                 self._wait(
                     rv,
                     (WaitReason.PREEMPTING, f"waiting for {len(victims)} preempted lease(s) to release"),
                     state.name,
                 )
-                done.add(rv.id)
-        return done
+            proto.group.members = undecided[::-1]
 
     # -- (5) the queues -----------------------------------------------------------------------------
 
-    def _serve_queues(self, views: list[RequestView]) -> None:
+    def _serve_queues(self, groups: list[RequestView]) -> None:
         """Subjects compete through their queue heads (a heap keyed by §2.4's order); inside a subject,
         requests are kept per group, and a group whose failure is known for the rest of the cycle is
         answered in bulk, so that the queue's length costs one pass, not one decision each."""
         queues: dict[str, _SubjectQueue] = {}
-        for rv in views:  # already in (priority, submission) order
-            queue = queues.get(rv.subject)
-            if queue is None:
-                queue = queues[rv.subject] = _SubjectQueue()
-            queue.add(rv)
-        heap: list[tuple[OrderKey, str]] = []
-        for subject, queue in queues.items():
-            queue.start()
-            heap.append((_order_key(queue.head()), subject))
+        for proto in groups:
+            if proto.group.members:
+                queues.setdefault(proto.subject, _SubjectQueue()).add(proto)
+        heap: list[tuple[OrderKey, str]] = [(_order_key(q.head()), s) for s, q in queues.items()]
         heapq.heapify(heap)
         while heap:
             _, subject = heapq.heappop(heap)
@@ -185,8 +216,8 @@ class _Cycle:
             self._serve(queue.pop())
             failures = self.failures.get(subject)
             if failures:
-                for group_queue in queue.settle(failures):
-                    self._wait_all(group_queue)
+                for proto in queue.settle(failures):
+                    self._wait_all(proto)
             if queue:
                 heapq.heappush(heap, (_order_key(queue.head()), subject))
 
@@ -284,10 +315,14 @@ class _Cycle:
         if target is not None:
             state.devices.occupy(target)
 
-    def _wait_all(self, views: list[RequestView]) -> None:
-        for rv in views:
-            shortfall = cast(Shortfall, rv.group.failure)
-            self._wait(rv, shortfall, rv.candidates[0][0].name)
+    def _wait_all(self, proto: RequestView) -> None:
+        shortfall = cast(Shortfall, proto.group.failure)
+        pool = proto.candidates[0][0].name
+        waits = self.decisions.waits
+        for request in reversed(proto.group.members):
+            self.position += 1
+            waits.append(Wait(request.id, shortfall[0], shortfall[1], self.position, pool))
+        proto.group.members = []
 
     def _wait(self, rv: RequestView, shortfall: Shortfall, pool: str | None) -> None:
         self.position += 1
@@ -295,51 +330,53 @@ class _Cycle:
 
 
 class _SubjectQueue:
-    """One subject's waiting requests, split by group, each group in queue order."""
+    """One subject's waiting requests by group; the heads of its groups in §2.4's in-subject order
+    (request priority, then submission time)."""
 
     def __init__(self) -> None:
-        self._groups: dict[int, list[RequestView]] = {}
+        self._groups: dict[int, RequestView] = {}
         self._heads: list[tuple[int, float, str, int]] = []
 
-    def add(self, rv: RequestView) -> None:
-        self._groups.setdefault(id(rv.group), []).append(rv)
-
-    def start(self) -> None:
-        for key, members in self._groups.items():
-            members.reverse()  # pop() from the end takes the oldest
-            self._push(key)
+    def add(self, proto: RequestView) -> None:
+        key = id(proto.group)
+        self._groups[key] = proto
+        self._push(key)
 
     def _push(self, key: int) -> None:
-        rv = self._groups[key][-1]
-        heapq.heappush(self._heads, (-rv.priority, rv.submitted_ts, rv.id, key))
+        proto = self._groups[key]
+        request = proto.group.members[-1]
+        heapq.heappush(self._heads, (-proto.priority, request.submitted_at.timestamp(), request.id, key))
 
     def __bool__(self) -> bool:
         return bool(self._heads)
 
     def head(self) -> RequestView:
-        return self._groups[self._heads[0][3]][-1]
+        proto = self._groups[self._heads[0][3]]
+        return proto.sibling(proto.group.members[-1])
 
     def pop(self) -> RequestView:
         key = heapq.heappop(self._heads)[3]
-        members = self._groups[key]
-        rv = members.pop()
-        if members:
+        proto = self._groups[key]
+        rv = proto.sibling(proto.group.members.pop())
+        if proto.group.members:
             self._push(key)
         else:
             del self._groups[key]
         return rv
 
-    def settle(self, failures: list[Failure]) -> list[list[RequestView]]:
-        """Take out every group bound to fail for the rest of the cycle; return their members."""
-        doomed = [key for key, members in self._groups.items() if _known_failure(members[-1], failures)]
+    def settle(self, failures: list[Failure]) -> list[RequestView]:
+        """Take out every group bound to fail for the rest of the cycle."""
+        doomed = [key for key, proto in self._groups.items() if _known_failure(proto, failures)]
         if not doomed:
             return []
-        out = []
-        for key in doomed:
-            out.append(self._groups.pop(key)[::-1])
+        out = [self._groups.pop(key) for key in doomed]
         self._heads = [h for h in self._heads if h[3] in self._groups]
         heapq.heapify(self._heads)
         return out
+
+
+def _submission_order(request: Request) -> tuple[datetime, str]:
+    return (request.submitted_at, request.id)
 
 
 def _order_key(rv: RequestView) -> OrderKey:

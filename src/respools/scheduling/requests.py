@@ -29,6 +29,8 @@ class RequestGroup:
     failure: object | None = None
     """The shortfall every request of the group meets for the rest of the cycle, once known."""
     failures_seen: int = 0
+    members: list[Request] = field(default_factory=list)
+    """The group's requests not yet decided, the next one last (so that taking it is a pop)."""
 
 
 @dataclass(slots=True)
@@ -64,6 +66,8 @@ class RequestView:
 
 
 def group_key(request: Request) -> tuple[object, ...]:
+    """Everything but identity and submission time. Priority sits at index 3 and the nominated pool
+    last, so that ``key[:3] + key[4:9]`` is what eligibility depends on."""
     return (
         request.subject,
         tuple(request.resources.items()),  # insertion order: look-alike steps are written alike
