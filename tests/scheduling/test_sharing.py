@@ -251,3 +251,16 @@ def test_expiry_and_revocation_return_capacity() -> None:
     assert [e.lease_id for e in d.expiries] == [sim.lease_of(stale).id]
     assert [r.lease_id for r in d.revocations] == [sim.lease_of(slow).id]
     assert sim.requests[owner].state == RequestState.GRANTED
+
+
+def test_wait_messages_never_show_negative_amounts() -> None:
+    # The subject's non-preemptible use already exceeds its reserved share (the policy shrank since).
+    sim = Sim([pool("p", gpu=4)], [policy("a", "p", reserved={"gpu": 3})])
+    sim.submit("a", False, gpu=3)
+    sim.step()
+    sim.policies = [policy("a", "p", reserved={"gpu": 1})]
+    sim.submit("a", False, gpu=1)
+    d = sim.step()
+    (wait,) = d.waits
+    assert wait.reason == WaitReason.RESERVED_SHARE
+    assert "gpu 0 of its reserved share free" in wait.message and "gpu -" not in wait.message

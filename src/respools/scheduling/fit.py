@@ -43,10 +43,11 @@ def quota_miss(
             continue
         used = quota.usage.get(key, 0) - (own_released.get(key, 0) if own_released else 0)
         if not rv.preemptible and used + amount > quota.reserved.get(key, 0):
-            return (WaitReason.RESERVED_SHARE, key, quota.reserved.get(key, 0) - used, amount)
+            return (WaitReason.RESERVED_SHARE, key, max(0, quota.reserved.get(key, 0) - used), amount)
         limit = quota.limit.get(key) if quota.limit else None  # absent: the pool total, which free covers
         if limit is not None and used + amount > limit:
-            return (WaitReason.STEP_RUN_SLOTS if key == STEP_RUN else WaitReason.LIMIT, key, limit - used, amount)
+            reason = WaitReason.STEP_RUN_SLOTS if key == STEP_RUN else WaitReason.LIMIT
+            return (reason, key, max(0, limit - used), amount)
         free = pool.free.get(key, 0) + (released.get(key, 0) if released else 0)
         if free < amount:
             if free + pool.held.get(key, 0) >= amount:
