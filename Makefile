@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 INTEGRATIONS := $(patsubst %/pyproject.toml,%,$(wildcard integrations/*/pyproject.toml))
 STAMP := $(VENV)/.installed
 
-.PHONY: test lint typecheck unit demo bench install clean
+.PHONY: test lint typecheck unit demo bench install clean api-docs
 
 $(STAMP): pyproject.toml constraints.txt $(wildcard integrations/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml constraints.txt $(wildcard integrations/*/pyproject.tom
 install: $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests integrations benchmarks examples
-	$(BIN)/ruff format --check src tests integrations benchmarks examples
+	$(BIN)/ruff check src tests integrations benchmarks examples scripts
+	$(BIN)/ruff format --check src tests integrations benchmarks examples scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -30,6 +30,10 @@ test: lint typecheck unit
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
+
+# docs/api.md from the service's OpenAPI document (the test suite fails when it is stale).
+api-docs: $(STAMP)
+	$(BIN)/python scripts/api_docs.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/scheduling.py

@@ -1,0 +1,56 @@
+"""The service's use of stack backends: vetting a pool against its stack when it is defined, and
+stopping the workload of a lease whose preemption deadline passed."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+from respools.backends import BackendError, get_backend
+from respools.model import Lease, PoolSpec
+from respools.server.errors import invalid
+
+log = logging.getLogger(__name__)
+
+
+def vet_pool(pool: PoolSpec) -> PoolSpec:
+    """Check ``pool`` with its backend and fill in the forms it hands out when none were given.
+
+    Raises a 422 naming ``stack`` (unknown or broken backend) or ``forms`` (a form the stack cannot
+    express)."""
+    try:
+        backend = get_backend(pool.stack)
+    except BackendError as exc:
+        raise invalid(f"{exc}: install the integration or pick another stack", "stack") from exc
+    try:
+        backend.validate_pool(pool)
+    except BackendError as exc:
+        field = "forms" if pool.forms is not None and "cannot express" in str(exc) else "settings"
+        raise invalid(str(exc), field) from exc
+    except ValueError as exc:  # backends validate their settings with pydantic
+        raise invalid(f"settings for stack {pool.stack!r} are invalid: {exc}", "settings") from exc
+    if pool.forms is None:
+        forms = sorted(backend.effective_forms(pool), key=lambda f: f.value)
+        pool = pool.model_copy(update={"forms": forms})
+    return pool
+
+
+class WorkloadStopper:
+    """Stops workloads of revoked leases off the reconciler's thread: a backend may wait out a SIGKILL
+    grace period, and the next cycle must not wait for it."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="respools-stop")
+
+    def stop(self, lease: Lease, pool: PoolSpec) -> None:
+        self._executor.submit(self._stop, lease, pool)
+
+    @staticmethod
+    def _stop(lease: Lease, pool: PoolSpec) -> None:
+        try:
+            get_backend(pool.stack).stop(lease, pool)
+        except Exception:
+            log.exception("stopping a revoked lease's workload failed", extra={"lease_id": lease.id, "pool": pool.name})
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,1 @@
+"""The persistent store: SQLModel tables, Alembic migrations, engines and transactions."""

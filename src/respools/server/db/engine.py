@@ -1,0 +1,84 @@
+"""Engine factories for the two supported databases.
+
+On PostgreSQL reads run in autocommit (one round trip per query, no BEGIN/ROLLBACK) and writes in READ
+COMMITTED transactions that lock the rows they change. On SQLite every write transaction starts with
+``BEGIN IMMEDIATE`` so that writers queue on the database lock instead of failing halfway with
+"database is locked", and reads run in a deferred transaction, which in WAL mode is a consistent
+snapshot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+SQLITE_BUSY_TIMEOUT_MS = 15_000
+_PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+
+
+def sqlite_engine(url: str, *, immediate: bool) -> sa.Engine:
+    path = make_url(url).database
+    if path:
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000},
+        pool_size=8,
+        max_overflow=32,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _on_begin)
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def postgres_engine(url: str, *, autocommit: bool, pool_size: int, max_overflow: int) -> sa.Engine:
+    options: dict[str, Any] = {
+        "pool_size": pool_size,
+        "max_overflow": max_overflow,
+        "pool_recycle": 1800,
+        # Every use ends in an explicit commit or rollback (or runs in autocommit), so the pool's
+        # customary ROLLBACK on check-in would only cost a round trip per transaction.
+        "pool_reset_on_return": None,
+        "connect_args": {"application_name": "respools", **_PG_KEEPALIVES},
+    }
+    if autocommit:
+        options["isolation_level"] = "AUTOCOMMIT"
+    return sa.create_engine(url, **options)
+
+
+def postgres_single_engine(url: str, application_name: str) -> sa.Engine:
+    """A pool-less engine for a long-lived connection (the reconciler's leader connection), with short
+    keepalives so that a dead peer is noticed within seconds."""
+    return sa.create_engine(
+        url,
+        poolclass=NullPool,
+        connect_args={
+            "application_name": application_name,
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+        },
+    )
+
+
+def libpq_url(url: str) -> str:
+    """The SQLAlchemy URL of a PostgreSQL database as a plain libpq URI (for raw psycopg connections)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)

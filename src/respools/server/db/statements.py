@@ -1,0 +1,58 @@
+"""Statements of the hot path, built once.
+
+Building a Core statement and computing its cache key costs more CPU than SQLite takes to run it, and
+a lease lifecycle runs a dozen of them; statements kept here are built at import, their cache keys
+memoized on the objects, so each execution only binds parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import sqlalchemy as sa
+
+from respools.server.db.tables import (
+    COUNTERS,
+    EVENTS,
+    LEASES,
+    LIVE_STATES_SQL,
+    METADATA,
+    OUTBOX,
+    PENDING_SQL,
+    REQUESTS,
+    SUBJECTS,
+    TOKENS,
+)
+
+REQUEST_BY_ID = sa.select(REQUESTS).where(REQUESTS.c.id == sa.bindparam("k_id"))
+REQUEST_BY_ID_LOCKED = REQUEST_BY_ID.with_for_update()
+REQUEST_BY_KEY = sa.select(REQUESTS).where(
+    REQUESTS.c.subject == sa.bindparam("k_subject"), REQUESTS.c.idempotency_key == sa.bindparam("k_key")
+)
+INSERT_REQUEST = sa.insert(REQUESTS)
+PENDING_REQUESTS = sa.select(REQUESTS).where(sa.text(PENDING_SQL)).order_by(REQUESTS.c.submitted_at)
+
+LEASE_BY_ID = sa.select(LEASES).where(LEASES.c.id == sa.bindparam("k_id"))
+LEASE_BY_ID_LOCKED = LEASE_BY_ID.with_for_update()
+INSERT_LEASE = sa.insert(LEASES)
+LIVE_LEASES = sa.select(LEASES).where(sa.text(LIVE_STATES_SQL))
+
+INSERT_EVENT = sa.insert(EVENTS)
+INSERT_OUTBOX = sa.insert(OUTBOX)
+
+SUBJECT_EXISTS = sa.select(SUBJECTS.c.name).where(SUBJECTS.c.name == sa.bindparam("k_name"))
+TOKEN_BY_HASH = sa.select(TOKENS.c.id, TOKENS.c.role, TOKENS.c.subject).where(
+    TOKENS.c.token_hash == sa.bindparam("k_hash")
+)
+COUNTER_VALUE = sa.select(COUNTERS.c.value).where(COUNTERS.c.name == sa.bindparam("k_name"))
+
+
+@functools.cache
+def update_by_id(table_name: str, columns: tuple[str, ...]) -> sa.Update:
+    """``UPDATE table SET <columns> WHERE id = :k_id``; parameters are ``v_<column>`` and ``k_id``."""
+    table = METADATA.tables[table_name]
+    return (
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("k_id"))
+        .values({c: sa.bindparam(f"v_{c}", type_=table.c[c].type) for c in columns})
+    )

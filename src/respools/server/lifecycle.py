@@ -1,0 +1,107 @@
+"""How a lease ends, shared by the API (release, cancel) and the reconciler (expiry, revocation).
+
+A preempted lease's request goes back to ``pending`` with ``attempt + 1`` while retries remain; it keeps
+its original ``submitted_at``, so it regains its old place in the queue (DESIGN §2.8). ``queued_at``
+restarts, for the grant-latency metric.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from respools.model import EventKind, Lease, RequestState
+from respools.server.db.database import Tx
+from respools.server.db.statements import update_by_id
+from respools.server.events import event_row
+
+LIVE = frozenset({RequestState.GRANTED.value, RequestState.ACTIVE.value, RequestState.PREEMPTING.value})
+
+
+def update_request(tx: Tx, request_id: str, **values: Any) -> None:
+    values["updated_at"] = tx.now
+    statement = update_by_id("requests", tuple(values))
+    tx.conn.execute(statement, {"k_id": request_id, **{f"v_{k}": v for k, v in values.items()}})
+    tx.changes.requests.add(request_id)
+
+
+def update_lease(tx: Tx, lease_id: str, **values: Any) -> None:
+    statement = update_by_id("leases", tuple(values))
+    tx.conn.execute(statement, {"k_id": lease_id, **{f"v_{k}": v for k, v in values.items()}})
+
+
+def _lease_event(tx: Tx, kind: EventKind, lease: Lease, message: str, **data: Any) -> dict[str, Any]:
+    return event_row(
+        tx.now,
+        kind,
+        message,
+        pool=lease.pool,
+        subject=lease.subject,
+        request_id=lease.request_id,
+        lease_id=lease.id,
+        data=data,
+    )
+
+
+def complete_preemption(tx: Tx, lease: Lease, request: Mapping[Any, Any], how: str) -> list[dict[str, Any]]:
+    """End a preempting lease (released by its holder, or revoked at its deadline) and requeue its
+    request if it has retries left."""
+    update_lease(tx, lease.id, state=RequestState.PREEMPTED.value, released_at=tx.now)
+    events = [
+        _lease_event(
+            tx,
+            EventKind.PREEMPTED,
+            lease,
+            f"lease {lease.id} preempted: {how}",
+            reason=lease.preempt_reason.value if lease.preempt_reason else None,
+        )
+    ]
+    attempt = int(request["attempt"])
+    max_retries = int(request["spec"].get("max_retries", 0))
+    if attempt < max_retries:
+        update_request(
+            tx,
+            lease.request_id,
+            state=RequestState.PENDING.value,
+            attempt=attempt + 1,
+            lease_id=None,
+            queued_at=tx.now,
+            reason=f"requeued after preemption (retry {attempt + 1} of {max_retries})",
+            wait_reason=None,
+            wait_pool=None,
+            queue_position=None,
+            nominated_pool=None,
+        )
+        events.append(
+            event_row(
+                tx.now,
+                EventKind.REQUEUED,
+                f"request {lease.request_id} requeued (retry {attempt + 1} of {max_retries})",
+                pool=lease.pool,
+                subject=lease.subject,
+                request_id=lease.request_id,
+                lease_id=lease.id,
+                data={"attempt": attempt + 1},
+            )
+        )
+    else:
+        retries = "no retries were asked for" if max_retries == 0 else f"all {max_retries} retries are used"
+        update_request(tx, lease.request_id, state=RequestState.PREEMPTED.value, reason=f"preempted ({how}); {retries}")
+    tx.changes.wake = True
+    return events
+
+
+def release(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
+    """End a granted or active lease normally: its request is done."""
+    update_lease(tx, lease.id, state=RequestState.RELEASED.value, released_at=tx.now)
+    update_request(tx, lease.request_id, state=RequestState.RELEASED.value, reason=None)
+    tx.changes.wake = True
+    return [_lease_event(tx, EventKind.RELEASED, lease, f"lease {lease.id} released: {how}")]
+
+
+def expire(tx: Tx, lease: Lease, why: str) -> list[dict[str, Any]]:
+    """End a lease whose holder went silent (or never started): its capacity returns."""
+    update_lease(tx, lease.id, state=RequestState.EXPIRED.value, released_at=tx.now)
+    update_request(tx, lease.request_id, state=RequestState.EXPIRED.value, reason=f"lease expired: {why}")
+    tx.changes.wake = True
+    return [_lease_event(tx, EventKind.EXPIRED, lease, f"lease {lease.id} expired: {why}")]

@@ -1,0 +1,173 @@
+"""Leases: read, heartbeat, release, and an admin's preemption."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+
+from respools.model import EventKind, Lease, PreemptReason, RequestState
+from respools.server.auth import require_owner, require_writer
+from respools.server.codec import lease_of
+from respools.server.db.database import Database, Tx
+from respools.server.db.statements import LEASE_BY_ID, LEASE_BY_ID_LOCKED, REQUEST_BY_ID_LOCKED
+from respools.server.db.tables import LEASES
+from respools.server.definitions import DefinitionsCache
+from respools.server.errors import conflict, invalid, not_found
+from respools.server.events import append, event_row
+from respools.server.lifecycle import LIVE, complete_preemption, release, update_lease, update_request
+from respools.server.schemas import OveruseReport, PreemptSpec, Principal
+
+DEFAULT_TTL_S = 60.0
+
+
+def _locked_lease(tx: Tx, lease_id: str) -> Lease:
+    row = tx.conn.execute(LEASE_BY_ID_LOCKED, {"k_id": lease_id}).mappings().first()
+    if row is None:
+        raise not_found("lease", lease_id, "lease_id")
+    return lease_of(row)
+
+
+def get_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
+    row = db.read(lambda conn: conn.execute(LEASE_BY_ID, {"k_id": lease_id}).mappings().first())
+    if row is None:
+        raise not_found("lease", lease_id, "lease_id")
+    lease = lease_of(row)
+    require_owner(principal, lease.subject, f"lease {lease_id}")
+    return lease
+
+
+def list_leases(
+    db: Database,
+    *,
+    subject: str | None = None,
+    pool: str | None = None,
+    states: list[RequestState] | None = None,
+    limit: int = 100,
+) -> list[Lease]:
+    query = sa.select(LEASES).order_by(LEASES.c.granted_at.desc(), LEASES.c.id).limit(limit)
+    if subject is not None:
+        query = query.where(LEASES.c.subject == subject)
+    if pool is not None:
+        query = query.where(LEASES.c.pool == pool)
+    if states:
+        query = query.where(LEASES.c.state.in_([s.value for s in states]))
+    return [lease_of(row) for row in db.read(lambda conn: list(conn.execute(query).mappings()))]
+
+
+def heartbeat(db: Database, defs: DefinitionsCache, principal: Principal, lease_id: str) -> Lease:
+    """Renew a lease for the pool's TTL; the first heartbeat marks it active. The answer carries the
+    state, so a holder learns of preemption (and its deadline) here."""
+    require_writer(principal)
+
+    def work(tx: Tx) -> Lease:
+        lease = _locked_lease(tx, lease_id)
+        require_owner(principal, lease.subject, f"lease {lease_id}")
+        if lease.state.value not in LIVE:
+            raise conflict(
+                f"lease {lease_id} is {lease.state.value}; it can no longer be renewed: submit a new request",
+                "lease_id",
+            )
+        pool = defs.get().pool(lease.pool)
+        ttl = pool.lease_ttl_s if pool is not None else DEFAULT_TTL_S
+        expires_at = tx.now + timedelta(seconds=ttl)
+        if lease.state == RequestState.GRANTED:
+            update_lease(tx, lease_id, expires_at=expires_at, state=RequestState.ACTIVE.value, started_at=tx.now)
+            update_request(tx, lease.request_id, state=RequestState.ACTIVE.value)
+            return lease.model_copy(
+                update={"expires_at": expires_at, "state": RequestState.ACTIVE, "started_at": tx.now}
+            )
+        update_lease(tx, lease_id, expires_at=expires_at)
+        return lease.model_copy(update={"expires_at": expires_at})
+
+    return db.write(work, durable=False)
+
+
+def release_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
+    """Give a lease back. Releasing a preempting lease completes its preemption (and requeues its request
+    when retries remain). Releasing a lease that has ended already changes nothing."""
+    require_writer(principal)
+
+    def work(tx: Tx) -> Lease:
+        lease = _locked_lease(tx, lease_id)
+        require_owner(principal, lease.subject, f"lease {lease_id}")
+        if lease.state.value not in LIVE:
+            return lease
+        request = tx.conn.execute(REQUEST_BY_ID_LOCKED, {"k_id": lease.request_id}).mappings().one()
+        if lease.state == RequestState.PREEMPTING:
+            events = complete_preemption(tx, lease, request, "released by its holder")
+        else:
+            events = release(tx, lease, "released by its holder")
+        append(tx, events)
+        return lease_of(tx.conn.execute(LEASE_BY_ID, {"k_id": lease_id}).mappings().one())
+
+    return db.write(work, durable=False)
+
+
+def _give_notice(
+    tx: Tx, defs: DefinitionsCache, lease: Lease, reason: PreemptReason, message: str, grace_s: float | None
+) -> Lease:
+    """Put a live lease under preemption notice outside the scheduler (an admin's or a watchdog's call)."""
+    pool = defs.get().pool(lease.pool)
+    grace = grace_s if grace_s is not None else (pool.preemption_grace_s if pool else 60.0)
+    deadline = tx.now + timedelta(seconds=grace)
+    update_lease(
+        tx, lease.id, state=RequestState.PREEMPTING.value, preempt_reason=reason.value, preempt_deadline=deadline
+    )
+    update_request(tx, lease.request_id, state=RequestState.PREEMPTING.value, reason=message)
+    notice = event_row(
+        tx.now,
+        EventKind.PREEMPTING,
+        f"lease {lease.id} preempting: {message}",
+        pool=lease.pool,
+        subject=lease.subject,
+        request_id=lease.request_id,
+        lease_id=lease.id,
+        data={"reason": reason.value, "deadline": deadline.isoformat()},
+    )
+    append(tx, [notice])
+    tx.changes.wake = True
+    return lease.model_copy(
+        update={"state": RequestState.PREEMPTING, "preempt_reason": reason, "preempt_deadline": deadline}
+    )
+
+
+def preempt_lease(db: Database, defs: DefinitionsCache, lease_id: str, spec: PreemptSpec) -> Lease:
+    """An admin's preemption: the lease gets notice and a grace deadline like any victim. A lease that is
+    already preempting keeps its earlier deadline."""
+
+    def work(tx: Tx) -> Lease:
+        lease = _locked_lease(tx, lease_id)
+        if lease.state == RequestState.PREEMPTING:
+            return lease
+        if lease.state.value not in LIVE:
+            raise conflict(f"lease {lease_id} is {lease.state.value}: there is nothing to preempt", "lease_id")
+        message = spec.message or "preempted by an administrator"
+        return _give_notice(tx, defs, lease, PreemptReason.ADMIN, message, spec.grace_s)
+
+    return db.write(work)
+
+
+def report_overuse(db: Database, defs: DefinitionsCache, lease_id: str, report: OveruseReport) -> Lease:
+    """Log an agent's over-use report and, when it asks, preempt the lease (reason ``overuse``)."""
+    if report.lease_id != lease_id:
+        raise invalid(f"the body names lease {report.lease_id!r} but the path says {lease_id!r}", "lease_id")
+
+    def work(tx: Tx) -> Lease:
+        lease = _locked_lease(tx, lease_id)
+        logged = event_row(
+            tx.now,
+            EventKind.OVERUSE,
+            report.message,
+            pool=lease.pool,
+            subject=lease.subject,
+            request_id=lease.request_id,
+            lease_id=lease_id,
+            data=report.model_dump(mode="json", exclude={"message", "lease_id"}),
+        )
+        append(tx, [logged])
+        if report.preempt and lease.state in {RequestState.GRANTED, RequestState.ACTIVE}:
+            return _give_notice(tx, defs, lease, PreemptReason.OVERUSE, report.message, None)
+        return lease
+
+    return db.write(work)

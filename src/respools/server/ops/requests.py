@@ -1,0 +1,237 @@
+"""Requests: submit (idempotently), read, list, cancel."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from respools.model import EventKind, Request, RequestSpec, RequestState, Role
+from respools.server.auth import require_owner, require_writer
+from respools.server.codec import request_of, request_spec_document
+from respools.server.db.database import Database, Tx
+from respools.server.db.statements import (
+    INSERT_REQUEST,
+    LEASE_BY_ID_LOCKED,
+    REQUEST_BY_ID,
+    REQUEST_BY_ID_LOCKED,
+    REQUEST_BY_KEY,
+)
+from respools.server.db.tables import REQUESTS
+from respools.server.definitions import DefinitionsCache
+from respools.server.errors import conflict, forbidden, invalid, not_found
+from respools.server.events import append, event_row
+from respools.server.lifecycle import LIVE, update_lease, update_request
+from respools.server.ops.subjects import subject_exists
+from respools.server.schemas import Principal
+
+
+def new_request_id() -> str:
+    return "req_" + uuid.uuid4().hex
+
+
+def subject_for(principal: Principal, spec: RequestSpec) -> str:
+    """The subject a request is for: a subject token's own; an admin names it."""
+    require_writer(principal)
+    if principal.role == Role.SUBJECT:
+        assert principal.subject is not None
+        if spec.subject is not None and spec.subject != principal.subject:
+            raise forbidden(f"your token is for subject {principal.subject!r}; it cannot submit for {spec.subject!r}")
+        return principal.subject
+    if spec.subject is None:
+        raise invalid("an admin token must name the subject the request is for", "subject")
+    return spec.subject
+
+
+def _check_pools(defs: DefinitionsCache, spec: RequestSpec) -> None:
+    if spec.pools is None:
+        return
+    if not spec.pools:
+        raise invalid("pools is empty: leave it out to use every pool the subject has a policy on", "pools")
+    known = defs.get().pools
+    for i, name in enumerate(spec.pools):
+        if name not in known:
+            raise invalid(f"pool {name!r} does not exist: fix the name or leave pools out", f"pools[{i}]")
+
+
+def _same_request(row: sa.RowMapping, spec: RequestSpec) -> bool:
+    return dict(row["spec"]) == request_spec_document(spec)
+
+
+def _existing(tx_or_conn: sa.Connection, subject: str, key: str) -> sa.RowMapping | None:
+    return tx_or_conn.execute(REQUEST_BY_KEY, {"k_subject": subject, "k_key": key}).mappings().first()
+
+
+def _replay(row: sa.RowMapping, spec: RequestSpec) -> Request:
+    if not _same_request(row, spec):
+        raise conflict(
+            f"idempotency key {row['idempotency_key']!r} was used for a different request ({row['id']}): "
+            "use a new key for a new request",
+            "idempotency_key",
+        )
+    return request_of(row)
+
+
+def submit(
+    db: Database,
+    defs: DefinitionsCache,
+    principal: Principal,
+    spec: RequestSpec,
+    header_key: str | None,
+    request_id: str | None = None,
+) -> tuple[Request, bool]:
+    """Queue a request; a retry with the same idempotency key returns the first one (``created`` false).
+
+    ``request_id`` lets a caller that wants to wait for the decision watch the id before it exists."""
+    subject = subject_for(principal, spec)
+    if header_key is not None and spec.idempotency_key is not None and header_key != spec.idempotency_key:
+        raise invalid("the Idempotency-Key header and the body's idempotency_key differ: send one", "idempotency_key")
+    key = header_key if header_key is not None else spec.idempotency_key
+    if key is not None and not 0 < len(key) <= 200:
+        raise invalid("an idempotency key has 1 to 200 characters", "idempotency_key")
+    _check_pools(defs, spec)
+    document = request_spec_document(spec)
+
+    def work(tx: Tx) -> tuple[Request, bool]:
+        if key is not None:
+            row = _existing(tx.conn, subject, key)
+            if row is not None:
+                return _replay(row, spec), False
+        if not subject_exists(tx, subject):
+            raise invalid(f"subject {subject!r} does not exist: ask an admin to create it", "subject")
+        values = {
+            "id": new_id,
+            "subject": subject,
+            "idempotency_key": key,
+            "state": RequestState.PENDING.value,
+            "spec": document,
+            "submitted_at": tx.now,
+            "queued_at": tx.now,
+            "attempt": 0,
+            "updated_at": tx.now,
+        }
+        tx.conn.execute(INSERT_REQUEST, values)
+        append(
+            tx,
+            [
+                event_row(
+                    tx.now,
+                    EventKind.SUBMITTED,
+                    f"request {new_id} submitted",
+                    subject=subject,
+                    request_id=new_id,
+                    data={"labels": spec.labels},
+                )
+            ],
+        )
+        tx.changes.requests.add(new_id)
+        tx.changes.wake = True
+        return request_of(values | _EMPTY_DECISION), True
+
+    new_id = request_id or new_request_id()
+
+    try:
+        return db.write(work)
+    except IntegrityError:
+        if key is None:
+            raise
+        row = db.read(lambda conn: _existing(conn, subject, key))
+        if row is None:
+            raise
+        return _replay(row, spec), False
+
+
+_EMPTY_DECISION = {
+    "reason": None,
+    "wait_reason": None,
+    "queue_position": None,
+    "nominated_pool": None,
+    "lease_id": None,
+}
+
+
+def fetch(conn: sa.Connection, request_id: str) -> Request | None:
+    row = conn.execute(REQUEST_BY_ID, {"k_id": request_id}).mappings().first()
+    return None if row is None else request_of(row)
+
+
+def get_request(db: Database, principal: Principal, request_id: str) -> Request:
+    request = db.read(lambda conn: fetch(conn, request_id))
+    if request is None:
+        raise not_found("request", request_id, "request_id")
+    require_owner(principal, request.subject, f"request {request_id}")
+    return request
+
+
+def list_requests(
+    db: Database,
+    *,
+    subject: str | None = None,
+    states: list[RequestState] | None = None,
+    label: tuple[str, str] | None = None,
+    before: datetime | None = None,
+    limit: int = 100,
+) -> list[Request]:
+    query = sa.select(REQUESTS).order_by(REQUESTS.c.submitted_at.desc(), REQUESTS.c.id).limit(limit)
+    if subject is not None:
+        query = query.where(REQUESTS.c.subject == subject)
+    if states:
+        query = query.where(REQUESTS.c.state.in_([s.value for s in states]))
+    if before is not None:
+        query = query.where(REQUESTS.c.submitted_at < before)
+    rows = db.read(lambda conn: list(conn.execute(query).mappings()))
+    requests = [request_of(row) for row in rows]
+    if label is not None:
+        requests = [r for r in requests if r.labels.get(label[0]) == label[1]]
+    return requests
+
+
+def cancel(db: Database, principal: Principal, request_id: str) -> Request:
+    """Withdraw a request: a pending one leaves the queue, one holding a lease releases it. Cancelling a
+    finished request changes nothing."""
+    require_writer(principal)
+
+    def work(tx: Tx) -> Request:
+        row = tx.conn.execute(REQUEST_BY_ID, {"k_id": request_id}).mappings().first()
+        if row is None:
+            raise not_found("request", request_id, "request_id")
+        require_owner(principal, row["subject"], f"request {request_id}")
+        lease_row = None
+        if row["lease_id"] is not None:  # lock the lease before the request, as release does
+            lease_row = tx.conn.execute(LEASE_BY_ID_LOCKED, {"k_id": row["lease_id"]}).mappings().first()
+        row = tx.conn.execute(REQUEST_BY_ID_LOCKED, {"k_id": request_id}).mappings().one()
+        state = RequestState(row["state"])
+        if state not in {RequestState.PENDING} | {RequestState(s) for s in LIVE}:
+            return request_of(row)
+        events = []
+        if lease_row is not None and lease_row["state"] in LIVE and lease_row["id"] == row["lease_id"]:
+            update_lease(tx, lease_row["id"], state=RequestState.RELEASED.value, released_at=tx.now)
+        update_request(
+            tx,
+            request_id,
+            state=RequestState.CANCELLED.value,
+            reason="cancelled by its owner",
+            wait_reason=None,
+            wait_pool=None,
+            queue_position=None,
+            nominated_pool=None,
+        )
+        events.append(
+            event_row(
+                tx.now,
+                EventKind.CANCELLED,
+                f"request {request_id} cancelled",
+                pool=lease_row["pool"] if lease_row is not None else None,
+                subject=row["subject"],
+                request_id=request_id,
+                lease_id=row["lease_id"],
+            )
+        )
+        append(tx, events)
+        tx.changes.wake = True
+        updated = tx.conn.execute(REQUEST_BY_ID, {"k_id": request_id}).mappings().one()
+        return request_of(updated)
+
+    return db.write(work)

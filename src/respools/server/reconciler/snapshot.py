@@ -1,0 +1,49 @@
+"""Loading a cycle's snapshot: two indexed queries (live leases, pending requests) plus the cached
+definitions. Rows become models without re-validation (see :mod:`respools.server.codec`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from respools.model import PoolSpec
+from respools.scheduling import Snapshot
+from respools.server.codec import lease_of, request_of
+from respools.server.db.statements import LIVE_LEASES, PENDING_REQUESTS
+from respools.server.definitions import Definitions
+
+
+@dataclass(frozen=True, slots=True)
+class CycleInput:
+    snapshot: Snapshot
+    definitions: Definitions
+    pools: dict[str, PoolSpec]
+    """Effective pools by name, as the core saw them."""
+    queued_at: dict[str, datetime]
+    """When each pending request last entered the queue (for the grant-latency histogram)."""
+    wait_pool: dict[str, str | None]
+    """The pool each pending request was last seen waiting on (to skip unchanged wait records)."""
+
+
+def load_snapshot(conn: sa.Connection, definitions: Definitions, now: datetime) -> CycleInput:
+    leases = [lease_of(row) for row in conn.execute(LIVE_LEASES).mappings()]
+    queued_at: dict[str, datetime] = {}
+    wait_pool: dict[str, str | None] = {}
+    requests = []
+    for row in conn.execute(PENDING_REQUESTS).mappings():
+        request = request_of(row)
+        requests.append(request)
+        queued_at[request.id] = row["queued_at"]
+        wait_pool[request.id] = row["wait_pool"]
+    pools = definitions.effective_pools(now)
+    snapshot = Snapshot(
+        now=now,
+        pools=pools,
+        policies=definitions.policies,
+        leases=leases,
+        requests=requests,
+        reservations=definitions.active_reservations(now),
+    )
+    return CycleInput(snapshot, definitions, {p.name: p for p in pools}, queued_at, wait_pool)

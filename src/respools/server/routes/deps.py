@@ -1,0 +1,61 @@
+"""Dependencies shared by the routes: the process's services and the caller's identity."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
+
+from respools.model import ErrorBody
+from respools.server.auth import require_admin, unauthenticated
+from respools.server.schemas import Principal
+from respools.server.services import Services
+
+_bearer = HTTPBearer(auto_error=False, description="a token from POST /v1/tokens (or the bootstrap admin token)")
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in {
+        401: "No token, or a token the server does not know",
+        403: "The token's role or subject may not do this",
+        404: "No such object",
+        409: "Conflicts with the current state",
+        422: "Invalid input: `field` names the value at fault",
+        503: "The database is unavailable; retry",
+    }.items()
+}
+
+
+def get_services(request: Request) -> Services:
+    services: Services = request.app.state.services
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+async def authenticate(
+    services: ServicesDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Principal:
+    if credentials is None or not credentials.credentials:
+        raise unauthenticated("send a bearer token: 'Authorization: Bearer <token>'")
+    token = credentials.credentials
+    principal = services.tokens.cached(token)
+    if principal is None:
+        principal = await run_in_threadpool(services.tokens.lookup, token)
+    if principal is None:
+        raise unauthenticated("this token is not known (revoked or mistyped): ask an admin for a token")
+    return principal
+
+
+Auth = Annotated[Principal, Depends(authenticate)]
+
+
+async def authenticate_admin(principal: Auth) -> Principal:
+    require_admin(principal)
+    return principal
+
+
+AdminAuth = Annotated[Principal, Depends(authenticate_admin)]

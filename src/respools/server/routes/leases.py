@@ -1,0 +1,79 @@
+"""``/v1/leases``: read, heartbeat, release, preempt."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Query
+
+from respools.model import Lease, RequestState
+from respools.server.auth import visible_subject
+from respools.server.errors import forbidden
+from respools.server.ops import leases
+from respools.server.routes.deps import ERRORS, AdminAuth, Auth, ServicesDep
+from respools.server.schemas import OveruseReport, PreemptSpec
+
+router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERRORS)
+
+
+@router.get("", response_model=list[Lease], summary="List leases, newest first")
+def list_leases(
+    services: ServicesDep,
+    principal: Auth,
+    subject: str | None = None,
+    pool: str | None = None,
+    state: Annotated[list[RequestState] | None, Query()] = None,
+    live: Annotated[bool, Query(description="only granted, active or preempting leases")] = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[Lease]:
+    own = visible_subject(principal)
+    if own is not None and subject is not None and subject != own:
+        raise forbidden(f"your token is for subject {own!r}; it cannot list {subject!r}'s leases")
+    states = state
+    if live:
+        states = [RequestState.GRANTED, RequestState.ACTIVE, RequestState.PREEMPTING]
+    return leases.list_leases(services.db, subject=own or subject, pool=pool, states=states, limit=limit)
+
+
+@router.get("/{lease_id}", response_model=Lease, summary="Get a lease")
+def get_lease(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
+    return leases.get_lease(services.db, principal, lease_id)
+
+
+@router.post(
+    "/{lease_id}/heartbeat",
+    response_model=Lease,
+    summary="Renew a lease (the first heartbeat marks it active)",
+    description="The answer's `state` is `preempting` once the lease got notice; `preempt_deadline` says when "
+    "it will be revoked. 409 when the lease has ended.",
+)
+def heartbeat(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
+    return leases.heartbeat(services.db, services.definitions, principal, lease_id)
+
+
+@router.post(
+    "/{lease_id}/release",
+    response_model=Lease,
+    summary="Release a lease",
+    description="Releasing a preempting lease completes the preemption and requeues the request while retries "
+    "remain. Releasing an ended lease changes nothing.",
+)
+def release(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
+    return leases.release_lease(services.db, principal, lease_id)
+
+
+@router.post("/{lease_id}/preempt", response_model=Lease, summary="Preempt a lease (admin)")
+def preempt(
+    lease_id: str, services: ServicesDep, _: AdminAuth, spec: Annotated[PreemptSpec | None, Body()] = None
+) -> Lease:
+    return leases.preempt_lease(services.db, services.definitions, lease_id, spec or PreemptSpec())
+
+
+@router.post(
+    "/{lease_id}/overuse",
+    response_model=Lease,
+    summary="Report over-use of a lease's GPU share (agents, admin token)",
+    description="Logged as an `overuse` event; with `preempt` the lease also gets preemption notice.",
+)
+def overuse(lease_id: str, report: OveruseReport, services: ServicesDep, _: AdminAuth) -> Lease:
+    return leases.report_overuse(services.db, services.definitions, lease_id, report)

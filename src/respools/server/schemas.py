@@ -1,0 +1,94 @@
+"""API bodies that only the service speaks (tokens, host reports, pool status, health). The shared
+vocabulary — pools, requests, leases, events — lives in :mod:`respools.model`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from respools.model import Host, Name, ResourceVector, Role
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TokenSpec(_Body):
+    role: Role
+    subject: Name | None = Field(default=None, description="required for role 'subject'")
+    description: str | None = Field(default=None, max_length=500)
+
+
+class TokenInfo(_Body):
+    id: str
+    role: Role
+    subject: str | None = None
+    description: str | None = None
+    created_at: datetime
+
+
+class IssuedToken(TokenInfo):
+    token: str = Field(description="the bearer secret; shown once, only its hash is stored")
+
+
+class Principal(_Body):
+    """Who a token speaks for (``GET /v1/whoami``)."""
+
+    token_id: str
+    role: Role
+    subject: str | None = None
+
+
+class RegisteredHost(_Body):
+    """A host as its agent last reported it for a pool."""
+
+    pool: str
+    host: Host
+    registered_at: datetime
+    last_seen_at: datetime
+    expires_at: datetime
+    live: bool = Field(description="false once the report expired: the host is out of the inventory")
+
+
+class PoolStatus(_Body):
+    name: str
+    stack: str
+    draining: bool
+    capacity: ResourceVector = Field(description="effective capacity (with an inventory: from live hosts)")
+    in_use: ResourceVector
+    borrowed: ResourceVector
+    free: ResourceVector
+    live_leases: int
+    preempting_leases: int
+    waiting_requests: int = Field(description="pending requests the scheduler last saw waiting on this pool")
+    live_hosts: int
+    lost_hosts: int
+
+
+class PreemptSpec(_Body):
+    message: str | None = Field(default=None, max_length=500, description="shown to the lease holder")
+    grace_s: float | None = Field(default=None, ge=0, description="default: the pool's preemption_grace_s")
+
+
+class OveruseReport(_Body):
+    """An agent's watchdog saw a lease use more of a GPU than it holds (``POST /v1/leases/{id}/overuse``)."""
+
+    lease_id: str
+    pool: str
+    host: str
+    gpu_uuid: str
+    pids: list[int] = Field(default_factory=list)
+    used_memory_mb: int = Field(ge=0)
+    cap_memory_mb: int = Field(ge=0)
+    tolerance_mb: int = Field(default=0, ge=0)
+    preempt: bool = Field(default=False, description="preempt the lease (reason 'overuse') as well as logging it")
+    message: str = Field(max_length=1000)
+
+
+class Health(_Body):
+    status: str
+    database: bool | None = None
+    schema_revision: str | None = None
+    reconciler: str | None = Field(default=None, description="leader, follower, disabled or stalled")
+    detail: str | None = None

@@ -1,0 +1,121 @@
+"""Everything one server process runs, wired together: store, caches, change bus and listener,
+reconciler, metrics. The app factory builds one :class:`Services`; the lifespan starts and stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError
+
+from respools.server.auth import TokenCache
+from respools.server.backends import WorkloadStopper
+from respools.server.changes import ChangeBus
+from respools.server.db.database import Database, DatabaseUnavailable
+from respools.server.db.migrate import current_revision, head_revision, upgrade
+from respools.server.definitions import DefinitionsCache
+from respools.server.listener import PgListener
+from respools.server.metrics import Metrics
+from respools.server.ops.status import pool_statuses
+from respools.server.ops.tokens import bootstrap_admin_token, ensure_admin_token
+from respools.server.reconciler import Reconciler
+from respools.server.settings import Settings
+from respools.server.watchers import EventFeed, RequestWatch
+
+log = logging.getLogger(__name__)
+
+STARTUP_DEADLINE_S = 60.0
+
+
+@dataclass
+class Services:
+    settings: Settings
+    db: Database
+    bus: ChangeBus
+    definitions: DefinitionsCache
+    tokens: TokenCache
+    metrics: Metrics
+    reconciler: Reconciler
+    stopper: WorkloadStopper
+    listener: PgListener | None = None
+    request_watch: RequestWatch | None = None
+    event_feed: EventFeed | None = None
+    started: bool = False
+    _unsubscribe: list[object] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, settings: Settings) -> Services:
+        bus = ChangeBus()
+        db = Database(settings, bus)
+        definitions = DefinitionsCache(db)
+        tokens = TokenCache(db, settings.token_cache_ttl_s)
+        metrics = Metrics()
+        stopper = WorkloadStopper()
+        reconciler = Reconciler(db, definitions, settings, metrics, stopper)
+        services = cls(settings, db, bus, definitions, tokens, metrics, reconciler, stopper)
+        bus.subscribe(definitions.on_changes)
+        bus.subscribe(tokens.on_changes)
+        bus.subscribe(reconciler.on_changes)
+        metrics.add_pool_collector(lambda: pool_statuses(db, definitions))
+        if db.is_postgres:
+            services.listener = PgListener(db.url, bus)
+        return services
+
+    def start(self) -> None:
+        """Migrate, make sure an admin token exists, and start the listener and the reconciler."""
+        self._migrate()
+        if self.settings.admin_token:
+            ensure_admin_token(self.db, self.settings.admin_token)
+        token = bootstrap_admin_token(self.db)
+        if token is not None:
+            print(
+                "respools: first start — bootstrap admin token (shown once; store it now):\n"
+                f"  {token}\n  use it as: Authorization: Bearer <token>, or RESPOOLS_TOKEN=<token>",
+                file=sys.stdout,
+                flush=True,
+            )
+            log.warning("issued the bootstrap admin token (printed once on stdout)")
+        if self.listener is not None:
+            self.listener.start()
+        self.reconciler.start()
+        self.started = True
+
+    def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.request_watch = RequestWatch(loop)
+        self.event_feed = EventFeed(loop)
+        self.bus.subscribe(self.request_watch.on_changes)
+        self.bus.subscribe(self.event_feed.on_changes)
+
+    def stop(self) -> None:
+        self.reconciler.stop()
+        if self.listener is not None:
+            self.listener.stop()
+        self.stopper.shutdown()
+        self.db.dispose()
+        self.started = False
+
+    def _migrate(self) -> None:
+        deadline = time.monotonic() + STARTUP_DEADLINE_S
+        while True:
+            try:
+                upgrade(self.db.write_engine)
+                return
+            except (DBAPIError, DatabaseUnavailable) as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("database not reachable yet; retrying", extra={"error": str(exc).splitlines()[0]})
+                time.sleep(1.0)
+
+    def schema_revision(self) -> str | None:
+        def read(conn: sa.Connection) -> str | None:
+            return current_revision(conn)
+
+        return self.db.read(read)
+
+    @staticmethod
+    def expected_revision() -> str:
+        return head_revision()
