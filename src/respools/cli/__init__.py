@@ -20,8 +20,20 @@ def _root() -> None:
 
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``; keep one line per module.
-    from respools.cli import agent  # noqa: F401
-    from respools.cli import server  # noqa: F401
+    from respools.cli import (
+        agent,  # noqa: F401
+        apply,  # noqa: F401
+        events,  # noqa: F401
+        leases,  # noqa: F401
+        policies,  # noqa: F401
+        pools,  # noqa: F401
+        requests,  # noqa: F401
+        reservations,  # noqa: F401
+        run,  # noqa: F401
+        server,  # noqa: F401
+        subjects,  # noqa: F401
+        tokens,  # noqa: F401
+    )
 
 
 _register()
