@@ -25,7 +25,7 @@ from pathlib import Path
 
 import typer
 from demo_report import event_log, print_report
-from demo_service import Service
+from demo_service import start_service
 from demo_steps import Narrator, StepRecord, prod_batch_score, research_train
 from rich.console import Console
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="respools-demo-") as tmp:
         workdir = Path(tmp)
         console.print(f"[bold]1. Starting the pool service[/bold] on SQLite ({workdir / 'respools.db'})")
-        service = Service.start(workdir, args.port)
+        service = start_service(workdir, args.port)
         try:
             console.print(f"   ready at {service.url} after {time.monotonic() - started:.1f} s")
             with Client(service.url, service.admin_token) as admin:

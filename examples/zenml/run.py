@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,35 +25,21 @@ from typing import Any
 
 import httpx
 
+from respools.server.process import ServerProcess
+
 HERE = Path(__file__).resolve().parent
 ADMIN_TOKEN = "rp_example_admin"
 POOL = "demo-gpus"
 TEAM = "ml-team"
 
 
-def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = os.environ | {
-        "RESPOOLS_DATABASE_URL": f"sqlite:///{workdir / 'respools.db'}",
-        "RESPOOLS_ADMIN_TOKEN": ADMIN_TOKEN,
-        "RESPOOLS_TICK_S": "0.2",
-        "RESPOOLS_LOG_LEVEL": "WARNING",
-        "RESPOOLS_LOG_JSON": "false",
-    }
-    command = [sys.executable, "-c", "from respools.cli import app; app()", "server", "--port", str(port)]
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return server, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    server.kill()
-    raise SystemExit("respools server did not start")
+def start_server(workdir: Path) -> ServerProcess:
+    return ServerProcess(
+        database_url=f"sqlite:///{workdir / 'respools.db'}",
+        admin_token=ADMIN_TOKEN,
+        log=workdir / "respools-server.log",
+        env={"RESPOOLS_LOG_LEVEL": "WARNING", "RESPOOLS_LOG_JSON": "false"},
+    ).start()
 
 
 def define_pool(url: str) -> str:
@@ -122,14 +106,15 @@ def main() -> int:
     parser.add_argument("--preempt", action="store_true", help="preempt the train step midway")
     parser.add_argument("--pool", default=POOL, help="pool to use with your own RESPOOLS_URL")
     options = parser.parse_args()
-    server: subprocess.Popen[bytes] | None = None
+    server: ServerProcess | None = None
     with tempfile.TemporaryDirectory(prefix="respools-zenml-example-") as tmp:
         if os.environ.get("RESPOOLS_URL"):
             url, token, pool = os.environ["RESPOOLS_URL"], os.environ.get("RESPOOLS_TOKEN", ""), options.pool
         else:
             os.environ.setdefault("ZENML_CONFIG_PATH", str(Path(tmp) / "zenml"))
             os.environ.setdefault("ZENML_ANALYTICS_OPT_IN", "false")
-            server, url = start_server(Path(tmp))
+            server = start_server(Path(tmp))
+            url = server.url
             token, pool = define_pool(url), POOL
             make_stack(url, token, pool)
         try:
@@ -142,8 +127,7 @@ def main() -> int:
             report()
         finally:
             if server is not None:
-                server.terminate()
-                server.wait(10)
+                server.stop()
     return 0
 
 

@@ -16,16 +16,17 @@ import pytest
 
 from respools.backends import registry
 from respools.client import Client
-from tests.client.server import ADMIN_TOKEN, Server
+from respools.server.process import ServerProcess
+from tests.client.server import ADMIN_TOKEN, client_test_server
 
 HOST = "gpu-node-a"
 """This test process's host name in inventories (``RESPOOLS_HOST_NAME``)."""
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[Server]:
+def server() -> Iterator[ServerProcess]:
     with tempfile.TemporaryDirectory(prefix="respools-client-") as tmp:
-        process = Server(Path(tmp))
+        process = client_test_server(Path(tmp))
         process.start()
         try:
             yield process
@@ -46,7 +47,7 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def admin(server: Server) -> Iterator[Client]:
+def admin(server: ServerProcess) -> Iterator[Client]:
     with Client(server.url, ADMIN_TOKEN) as client:
         yield client
 

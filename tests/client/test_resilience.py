@@ -20,8 +20,9 @@ import pytest
 import respools
 from respools.client import Client, LeaseSession
 from respools.model import RequestState
+from respools.server.process import ServerProcess
 from tests.client.conftest import WorldFactory, wait_for
-from tests.client.server import ADMIN_TOKEN, SRC, Server
+from tests.client.server import ADMIN_TOKEN, SRC, client_test_server
 
 HOLDER = textwrap.dedent(
     """
@@ -65,9 +66,8 @@ def test_a_killed_holder_s_lease_expires_and_its_capacity_returns(world: WorldFa
 
 
 @pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[Server]:
-    server = Server(tmp_path / "restart")
-    server.directory.mkdir()
+def restartable(tmp_path: Path) -> Iterator[ServerProcess]:
+    server = client_test_server(tmp_path / "restart")
     server.start()
     try:
         yield server
@@ -75,7 +75,7 @@ def restartable(tmp_path: Path) -> Iterator[Server]:
         server.stop()
 
 
-def test_a_server_restart_during_a_wait_does_not_lose_the_request(restartable: Server) -> None:
+def test_a_server_restart_during_a_wait_does_not_lose_the_request(restartable: ServerProcess) -> None:
     admin = Client(restartable.url, ADMIN_TOKEN)
     admin.put("/v1/pools/restart", {"name": "restart", "capacity": {"gpu": 1}, "lease_ttl_s": 60})
     admin.put("/v1/subjects/team", {"name": "team"})

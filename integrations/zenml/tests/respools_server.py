@@ -3,10 +3,6 @@ SQLite in a temporary directory, and helpers to define an isolated pool, subject
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,14 +10,9 @@ from typing import Any
 
 import httpx
 
+from respools.server.process import ServerProcess
+
 ADMIN_TOKEN = "rp_zenml_test_admin"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -35,46 +26,25 @@ class World:
 
 
 class RespoolsServer:
+    """The server process plus an admin HTTP client and helpers to set up isolated worlds."""
+
     def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / "respools-server.log"
-        env = {
-            "RESPOOLS_DATABASE_URL": f"sqlite:///{workdir / 'respools.db'}",
-            "RESPOOLS_ADMIN_TOKEN": ADMIN_TOKEN,
-            "RESPOOLS_TICK_S": "0.2",
-            "RESPOOLS_ELECTION_INTERVAL_S": "0.3",
-            "RESPOOLS_LOG_JSON": "false",
-            "RESPOOLS_LOG_LEVEL": "WARNING",
-            "PATH": "/usr/bin:/bin",
-        }
-        command = [sys.executable, "-c", "from respools.cli import app; app()", "server", "--port", str(self.port)]
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.process = ServerProcess(
+            database_url=f"sqlite:///{workdir / 'respools.db'}",
+            admin_token=ADMIN_TOKEN,
+            log=workdir / "respools-server.log",
+            env={"RESPOOLS_LOG_JSON": "false", "RESPOOLS_LOG_LEVEL": "WARNING"},
+            inherit_env=False,  # keep the tests' ZENML_* settings out of the server
+        ).start(wait=False)
+        self.url = self.process.url
         self.admin = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"respools server exited early:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"respools server not ready:\n{self.log.read_text()[-3000:]}")
+        self.process.wait_ready(timeout)
 
     def stop(self) -> None:
         self.admin.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        self.process.stop()
 
     def ok(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.admin.request(method, path, **kwargs)
