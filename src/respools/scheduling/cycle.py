@@ -17,7 +17,7 @@ import heapq
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from operator import attrgetter
 from typing import cast
 
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
@@ -32,6 +32,8 @@ from respools.scheduling.vectors import add_into, dominates
 
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
 OrderKey = tuple[int, int, float, float, str]
+_SUBMISSION_ORDER = attrgetter("submitted_at", "id")
+"""Queue order within a group (same priority): oldest first, ties by id. A C-level key: queues are long."""
 Failure = tuple[tuple[object, ...], int, dict[str, int], Shortfall]
 """Signature, request priority, demand and shortfall of a request that could not be served."""
 
@@ -115,7 +117,7 @@ class _Cycle:
         heads: list[RequestView] = []
         classified: dict[tuple[object, ...], RequestGroup] = {}
         for key, bucket in members.items():
-            bucket.sort(key=_submission_order, reverse=True)
+            bucket.sort(key=_SUBMISSION_ORDER, reverse=True)
             rv = view_of(bucket[-1])
             # Eligibility does not depend on request priority or nomination: classify once for all.
             same = classified.get(key[:3] + key[4:9])
@@ -373,10 +375,6 @@ class _SubjectQueue:
         self._heads = [h for h in self._heads if h[3] in self._groups]
         heapq.heapify(self._heads)
         return out
-
-
-def _submission_order(request: Request) -> tuple[datetime, str]:
-    return (request.submitted_at, request.id)
 
 
 def _order_key(rv: RequestView) -> OrderKey:
