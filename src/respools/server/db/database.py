@@ -21,8 +21,9 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from respools.server.changes import CHANNEL, ChangeBus, Changes, encode
+from respools.server.changes import ChangeBus, Changes
 from respools.server.db.engine import postgres_engine, sqlite_engine
+from respools.server.db.notifier import Notifier
 from respools.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -60,14 +61,6 @@ def is_retryable(exc: DBAPIError) -> bool:
     return "database is locked" in message or "database table is locked" in message
 
 
-def notify(conn: sa.Connection, changes: Changes) -> None:
-    """Queue ``changes`` as NOTIFY messages of the current transaction (delivered at commit)."""
-    payloads = encode(changes)
-    calls = ", ".join(f"pg_notify(:channel, :p{i})" for i in range(len(payloads)))
-    params: dict[str, str] = {"channel": CHANNEL} | {f"p{i}": p for i, p in enumerate(payloads)}
-    conn.execute(sa.text(f"SELECT {calls}"), params)
-
-
 class Database:
     """The engines of one process and the transaction discipline around them."""
 
@@ -80,9 +73,11 @@ class Database:
             size, overflow = settings.db_pool_size, settings.db_max_overflow
             self.write_engine = postgres_engine(self.url, autocommit=False, pool_size=size, max_overflow=overflow)
             self.read_engine = postgres_engine(self.url, autocommit=True, pool_size=size, max_overflow=overflow)
+            self._notifier: Notifier | None = Notifier(self.url)
         else:
             self.write_engine = sqlite_engine(self.url, immediate=True)
             self.read_engine = sqlite_engine(self.url, immediate=False)
+            self._notifier = None  # one process per SQLite file: the in-process bus reaches everyone
         # SQLite writers of one process queue on this lock rather than in SQLite's busy handler, which
         # sleeps in coarse steps; other processes on the same file still wait on the busy timeout.
         self._local_write_lock: threading.Lock | None = None if self.is_postgres else threading.Lock()
@@ -109,9 +104,7 @@ class Database:
                         conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
                     tx = Tx(conn=conn, now=utcnow(), is_postgres=self.is_postgres)
                     result = work(tx)
-                    if tx.changes and self.is_postgres:
-                        notify(conn, tx.changes)
-                self.bus.publish(tx.changes)
+                self.announce(tx.changes)
                 return result
             except DBAPIError as exc:
                 if not is_retryable(exc) or attempt == MAX_ATTEMPTS:
@@ -120,6 +113,12 @@ class Database:
                     raise
                 time.sleep(random.uniform(0, 0.002 * 2**attempt))
         raise AssertionError("unreachable")
+
+    def announce(self, changes: Changes) -> None:
+        """Tell this process (the bus) and the other replicas (NOTIFY, after the commit) what changed."""
+        self.bus.publish(changes)
+        if self._notifier is not None:
+            self._notifier.send(changes)
 
     def read(self, work: Callable[[sa.Connection], T]) -> T:
         """Run read-only ``work``; on PostgreSQL each statement sees the latest commits."""
@@ -142,5 +141,7 @@ class Database:
         return True
 
     def dispose(self) -> None:
+        if self._notifier is not None:
+            self._notifier.close()
         self.write_engine.dispose()
         self.read_engine.dispose()

@@ -23,7 +23,7 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
-from respools.server.db.database import MAX_ATTEMPTS, Database, Tx, is_retryable, notify, utcnow
+from respools.server.db.database import MAX_ATTEMPTS, Database, Tx, is_retryable, utcnow
 from respools.server.db.engine import postgres_single_engine
 
 log = logging.getLogger(__name__)
@@ -106,9 +106,7 @@ class PostgresLeadership(Leadership):
                 with conn.begin():
                     tx = Tx(conn=conn, now=utcnow(), is_postgres=True)
                     result = work(tx)
-                    if tx.changes:
-                        notify(conn, tx.changes)
-                self._db.bus.publish(tx.changes)
+                self._db.announce(tx.changes)
                 return result
             except DBAPIError as exc:
                 if exc.connection_invalidated or conn.invalidated or conn.closed:
