@@ -271,5 +271,5 @@ def fake_pynvml(driver: FakeDriver) -> types.ModuleType:
     for name in dir(real):
         if name.startswith("NVMLError"):
             setattr(module, name, getattr(real, name))
-    module.driver = driver
+    module.driver = driver  # type: ignore[attr-defined]  # the fake's handle on its devices
     return module

@@ -230,7 +230,12 @@ def test_a_failing_tick_does_not_end_the_loop(
 
     monkeypatch.setattr(agent, "_watch", flaky_watch)
     waits: list[float] = []
-    agent.run(lambda seconds: waits.append(seconds) or len(waits) == 2, interval_s=1)
+
+    def sleep(seconds: float) -> bool:
+        waits.append(seconds)
+        return len(waits) == 2
+
+    agent.run(sleep, interval_s=1)
 
     assert len(server.sent("PUT")) == 2
 
@@ -240,7 +245,8 @@ def test_a_failing_tick_does_not_end_the_loop(
 
 def invoke(*args: str) -> Any:
     # get_group: always a command group, however many commands the other modules have registered so far.
-    return CliRunner().invoke(typer.main.get_group(app), list(args))
+    group: Any = typer.main.get_group(app)  # a click group; typer's runner types ask for a Typer
+    return CliRunner().invoke(group, list(args))
 
 
 def test_agent_command_once(use_driver: UseDriver, server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,7 +40,7 @@ def plugins(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
     def entry_points(group: str) -> list[metadata.EntryPoint]:
         return declared if group == registry.GROUP else []
 
-    monkeypatch.setattr(registry.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
 
 
 def test_local_is_registered_in_the_installed_metadata() -> None:

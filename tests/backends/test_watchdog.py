@@ -71,7 +71,7 @@ def register_quarter(spawn: Spawn, registry: HolderRegistry) -> int:
 
 def test_overuse_of_a_fraction_is_reported_once(spawn: Spawn, holders: HolderRegistry) -> None:
     pid = register_quarter(spawn, holders)
-    usage, events = Usage(), []
+    usage, events = Usage(), list[OveruseEvent]()
     dog = watchdog(holders, usage, events, parents={WORKER: pid})
     pool = make_pool(settings={"preempt_on_overuse": True})
 
@@ -110,7 +110,7 @@ def test_overuse_of_a_fraction_is_reported_once(spawn: Spawn, holders: HolderReg
 
 def test_tolerance_covers_the_cuda_context(spawn: Spawn, holders: HolderRegistry) -> None:
     pid = register_quarter(spawn, holders)
-    usage, events = Usage(), []
+    usage, events = Usage(), list[OveruseEvent]()
     usage.processes = [GpuProcess(pid, QUARTER + 500)]
 
     watchdog(holders, usage, events).scan(make_pool())
@@ -122,7 +122,7 @@ def test_tolerance_covers_the_cuda_context(spawn: Spawn, holders: HolderRegistry
 
 def test_a_gpu_outside_the_placement_is_overuse(spawn: Spawn, holders: HolderRegistry) -> None:
     pid = register_quarter(spawn, holders)
-    usage, events = Usage(), []
+    usage, events = Usage(), list[OveruseEvent]()
     usage.other_gpu = [GpuProcess(pid, 2000)]
 
     watchdog(holders, usage, events).scan(make_pool())
@@ -135,7 +135,7 @@ def test_a_gpu_outside_the_placement_is_overuse(spawn: Spawn, holders: HolderReg
 def test_a_whole_gpu_cannot_be_overused(spawn: Spawn, holders: HolderRegistry) -> None:
     holder = spawn()
     register_holder(make_lease(whole()), pid=holder.pid, directory=holders.directory)
-    usage, events = Usage(), []
+    usage, events = Usage(), list[OveruseEvent]()
     usage.processes = [GpuProcess(holder.pid, H100_MEMORY_MB)]
 
     watchdog(holders, usage, events).scan(make_pool())
@@ -145,7 +145,7 @@ def test_a_whole_gpu_cannot_be_overused(spawn: Spawn, holders: HolderRegistry) -
 
 def test_process_group_members_count(spawn: Spawn, holders: HolderRegistry) -> None:
     pid = register_quarter(spawn, holders)
-    usage, events = Usage(), []
+    usage, events = Usage(), list[OveruseEvent]()
     usage.processes = [GpuProcess(WORKER, 30000)]
     dog = Watchdog(
         HOST, events.append, registry=holders, read_usage=usage, parent_of=lambda p: None, group_of=lambda p: pid
@@ -176,7 +176,7 @@ def test_a_failed_report_is_retried(spawn: Spawn, holders: HolderRegistry) -> No
 
 def test_leases_of_other_pools_are_not_watched(spawn: Spawn, holders: HolderRegistry) -> None:
     pid = register_quarter(spawn, holders)
-    usage, events = Usage(), []
+    usage, events = Usage(), list[OveruseEvent]()
     usage.processes = [GpuProcess(pid, 60000)]
 
     watchdog(holders, usage, events).scan(PoolSpec(name="elsewhere"))
@@ -189,7 +189,7 @@ def test_a_dead_holder_is_not_watched(spawn: Spawn, holders: HolderRegistry) -> 
     register_holder(make_lease(fraction(250, QUARTER)), pid=holder.pid, directory=holders.directory)
     holder.kill()
     holder.wait()
-    usage, events = Usage(), []
+    usage, events = Usage(), list[OveruseEvent]()
     usage.processes = [GpuProcess(holder.pid, 60000)]
 
     watchdog(holders, usage, events).scan(make_pool())

@@ -11,13 +11,28 @@ Sim = Simulation
 __all__ = ["T0", "Sim", "policy", "pool"]
 
 
-def pool(name: str, inventory: list[Any] | None = None, **capacity: float) -> PoolSpec:
-    extra: dict[str, Any] = {}
-    for key in ("fair_share_preemption", "forms", "gpu_class", "preemption_grace_s"):
-        if key in capacity:
-            extra[key] = capacity.pop(key)
-    resources = {k.replace("__", "."): v for k, v in capacity.items()}
-    return PoolSpec.model_validate({"name": name, "capacity": resources, "inventory": inventory, **extra})
+def pool(
+    name: str,
+    inventory: list[Any] | None = None,
+    *,
+    forms: list[str] | None = None,
+    gpu_class: str | None = None,
+    fair_share_preemption: bool = False,
+    preemption_grace_s: float = 60.0,
+    **capacity: float,
+) -> PoolSpec:
+    """A pool; capacity keys as keyword arguments, ``mig__3g.40gb=2`` for keys with dots."""
+    return PoolSpec.model_validate(
+        {
+            "name": name,
+            "capacity": {k.replace("__", "."): v for k, v in capacity.items()},
+            "inventory": inventory,
+            "forms": forms,
+            "gpu_class": gpu_class,
+            "fair_share_preemption": fair_share_preemption,
+            "preemption_grace_s": preemption_grace_s,
+        }
+    )
 
 
 def policy(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from respools.model import PolicySpec, RequestSpec, parse_resources
+from respools.model import PolicySpec, PoolSpec, RequestSpec, parse_resources
 from respools.scheduling import DefinitionError, check_policy, check_pool
 
 from .sim import policy, pool
@@ -23,7 +23,8 @@ def test_reserved_shares_may_not_add_up_beyond_capacity() -> None:
         check_policy(policy("b", "p", reserved={"gpu": 3}), p, existing)
     assert err.value.field == "reserved.gpu"
     check_policy(policy("b", "p", reserved={"gpu": 2}), p, existing)
-    check_policy(policy("a", "p", reserved={"gpu": 8}), p, existing), "a subject's own policy is replaced"
+    # A subject's own policy is replaced, not added to: a alone may reserve the whole pool.
+    check_policy(policy("a", "p", reserved={"gpu": 8}), p, existing)
 
 
 def test_policy_key_the_pool_lacks_is_refused() -> None:
@@ -32,16 +33,20 @@ def test_policy_key_the_pool_lacks_is_refused() -> None:
     assert err.value.field == "limit.tensorrt_sessions"
 
 
+def mig_pool(profile: str, forms: list[str] | None = None) -> PoolSpec:
+    return PoolSpec.model_validate({"name": "p", "capacity": {f"mig.{profile}": 2}, "forms": forms})
+
+
 def test_unknown_mig_profile_in_a_capacity_pool_is_refused() -> None:
     with pytest.raises(DefinitionError) as err:
-        check_pool(pool("p", **{"mig__9g.99gb": 2}))
+        check_pool(mig_pool("9g.99gb"))
     assert err.value.field == "capacity.mig.9g.99gb"
-    check_pool(pool("p", **{"mig__3g.40gb": 2}))
+    check_pool(mig_pool("3g.40gb"))
 
 
 def test_mig_on_a_pool_whose_forms_exclude_it_is_refused() -> None:
     with pytest.raises(DefinitionError, match="forms do not include 'mig'"):
-        check_pool(pool("p", forms=["whole"], **{"mig__3g.40gb": 2}))
+        check_pool(mig_pool("3g.40gb", forms=["whole"]))
 
 
 def test_wire_amounts() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,7 +76,8 @@ class Api:
         headers = dict(kwargs.pop("headers", {}))
         if token is not None:
             headers.setdefault("Authorization", f"Bearer {token}")
-        return self.client.request(method, path, headers=headers, **kwargs)
+        response: httpx.Response = self.client.request(method, path, headers=headers, **kwargs)
+        return response
 
     def ok(self, method: str, path: str, token: str | None = ADMIN_TOKEN, **kwargs: Any) -> Any:
         response = self.call(method, path, token, **kwargs)
@@ -90,8 +91,8 @@ class Api:
     def world(
         self,
         capacity: dict[str, float] | None = None,
-        hosts: list[dict[str, Any]] = (),
-        **pool: Any,  # type: ignore[assignment]
+        hosts: Sequence[dict[str, Any]] = (),
+        **pool: Any,
     ) -> World:
         """A fresh pool (with ``hosts`` reported by an agent, if given) with one subject holding a policy
         on it, and that subject's token."""

@@ -25,7 +25,7 @@ def lease_values() -> dict[str, Any]:
         "preemptible": True,
         "granted_at": NOW,
         "expires_at": NOW,
-        "placement": Placement.model_construct(items=[PlacementItem.model_construct(**item)]),
+        "placement": Placement.model_construct(items=[PlacementItem.model_validate(item)]),
     }
 
 

@@ -258,7 +258,7 @@ def test_replicas_never_grant_twice_and_survive_the_leader(servers: list[ServerP
     assert peak > 0
     with psycopg.connect(pg.libpq(database)) as conn:
         stored = {row[0]: row[1] for row in conn.execute("SELECT id, state FROM requests")}
-        lease_states = dict(conn.execute("SELECT id, state FROM leases").fetchall())
+        lease_states: dict[str, str] = dict(conn.execute("SELECT id, state FROM leases").fetchall())
         submitted_events = {row[0] for row in conn.execute("SELECT request_id FROM events WHERE kind = 'submitted'")}
     assert ledger.submitted <= set(stored), "an acknowledged request is missing"
     assert ledger.submitted <= submitted_events, "an acknowledged request has no 'submitted' event"

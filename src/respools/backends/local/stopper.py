@@ -20,6 +20,8 @@ from respools.backends.local.holders import Holder
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
+KILL_SETTLE_S = 2.0
+"""How long a killed group may take to exit before ``stop_holder`` returns anyway."""
 
 
 class StopOutcome(StrEnum):
@@ -69,4 +71,9 @@ def stop_holder(
         return StopOutcome.TERMINATED
     log.warning("lease %s: still running %.1f s after SIGTERM; SIGKILL", holder.lease_id, kill_after_s)
     _signal(holder, group, signal.SIGKILL)
+    # SIGKILL is delivered asynchronously: wait until the group has actually exited, so that KILLED
+    # means its GPU memory is free, not merely that the signal was sent.
+    settle = clock() + KILL_SETTLE_S
+    while _alive(holder, group) and clock() < settle:
+        sleep(POLL_S)
     return StopOutcome.KILLED
