@@ -10,8 +10,8 @@ from respools.server.codec import policy_document, policy_of
 from respools.server.db.database import Database, Tx
 from respools.server.db.tables import POLICIES
 from respools.server.definitions import bump_config, load
-from respools.server.errors import invalid, not_found
-from respools.server.ops.subjects import subject_exists
+from respools.server.errors import not_found
+from respools.server.ops.references import require_pool, require_subject
 
 
 def put_policy(db: Database, spec: PolicySpec) -> tuple[Policy, bool]:
@@ -19,13 +19,8 @@ def put_policy(db: Database, spec: PolicySpec) -> tuple[Policy, bool]:
 
     def work(tx: Tx) -> tuple[Policy, bool]:
         defs = load(tx.conn)
-        if spec.pool not in defs.pools:
-            raise invalid(f"pool {spec.pool!r} does not exist: create it first or fix the name", "pool")
-        if not subject_exists(tx, spec.subject):
-            raise invalid(
-                f"subject {spec.subject!r} does not exist: create it with PUT /v1/subjects/{spec.subject}", "subject"
-            )
-        pool = defs.known_pool(spec.pool)
+        pool = require_pool(defs, spec.pool)
+        require_subject(tx, spec.subject)
         check_policy(spec, pool, defs.policies_of_pool(spec.pool), defs.reservations_of_pool(spec.pool))
         key = (POLICIES.c.subject == spec.subject) & (POLICIES.c.pool == spec.pool)
         updated = tx.conn.execute(sa.update(POLICIES).where(key).values(spec=policy_document(spec), updated_at=tx.now))

@@ -13,7 +13,7 @@ from respools.server.db.database import Database, Tx, utcnow
 from respools.server.db.tables import RESERVATIONS
 from respools.server.definitions import bump_config, load
 from respools.server.errors import invalid, not_found
-from respools.server.ops.subjects import subject_exists
+from respools.server.ops.references import require_pool, require_subject
 
 
 def create_reservation(db: Database, spec: ReservationSpec) -> Reservation:
@@ -21,15 +21,9 @@ def create_reservation(db: Database, spec: ReservationSpec) -> Reservation:
         if spec.end <= tx.now:
             raise invalid("the window is already over: give an end in the future", "end")
         defs = load(tx.conn)
-        if spec.pool not in defs.pools:
-            raise invalid(f"pool {spec.pool!r} does not exist: create it first or fix the name", "pool")
-        if not subject_exists(tx, spec.subject):
-            raise invalid(
-                f"subject {spec.subject!r} does not exist: create it with PUT /v1/subjects/{spec.subject}", "subject"
-            )
-        check_reservation(
-            spec, defs.known_pool(spec.pool), defs.policies_of_pool(spec.pool), defs.reservations_of_pool(spec.pool)
-        )
+        pool = require_pool(defs, spec.pool)
+        require_subject(tx, spec.subject)
+        check_reservation(spec, pool, defs.policies_of_pool(spec.pool), defs.reservations_of_pool(spec.pool))
         reservation = Reservation.model_validate(spec.model_dump() | {"id": "rsv_" + uuid.uuid4().hex[:16]})
         tx.conn.execute(
             sa.insert(RESERVATIONS).values(

@@ -13,7 +13,7 @@ from respools.server.auth import TOKENS_TOPIC, hash_token, new_token, new_token_
 from respools.server.db.database import Database, Tx
 from respools.server.db.tables import META, TOKENS
 from respools.server.errors import invalid, not_found
-from respools.server.ops.subjects import subject_exists
+from respools.server.ops.references import require_subject
 from respools.server.schemas import IssuedToken, TokenInfo, TokenSpec
 
 log = logging.getLogger(__name__)
@@ -36,10 +36,8 @@ def issue_token(db: Database, spec: TokenSpec) -> IssuedToken:
         raise invalid("a token with role 'subject' must name its subject", "subject")
 
     def work(tx: Tx) -> IssuedToken:
-        if spec.subject is not None and not subject_exists(tx, spec.subject):
-            raise invalid(
-                f"subject {spec.subject!r} does not exist: create it with PUT /v1/subjects/{spec.subject}", "subject"
-            )
+        if spec.subject is not None:
+            require_subject(tx, spec.subject)
         token = new_token()
         token_id = new_token_id()
         tx.conn.execute(
