@@ -169,7 +169,6 @@ class WaitReason(StrEnum):
     HELD_FOR_PREEMPTOR = "held_for_preemptor"
     PREEMPTING = "preempting"
     RESERVATION_WINDOW = "reservation_window"
-    QUEUED_BEHIND = "queued_behind"
     POOL_DRAINING = "pool_draining"
 
 

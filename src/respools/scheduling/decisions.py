@@ -70,9 +70,3 @@ class Decisions:
     waits: list[Wait] = field(default_factory=list)
     expiries: list[Expire] = field(default_factory=list)
     revocations: list[Revoke] = field(default_factory=list)
-
-    def granted(self) -> dict[str, Grant]:
-        return {g.request_id: g for g in self.grants}
-
-    def waiting(self) -> dict[str, Wait]:
-        return {w.request_id: w for w in self.waits}

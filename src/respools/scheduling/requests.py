@@ -14,8 +14,6 @@ from respools.scheduling.placement import Shape, shape_of
 from respools.scheduling.state import PoolState, SubjectQuota
 from respools.scheduling.vectors import Vector, scaled
 
-Shortfall = tuple[object, str]
-
 
 @dataclass(slots=True)
 class RequestGroup:

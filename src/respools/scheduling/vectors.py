@@ -3,7 +3,7 @@ free of object overhead."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 Vector = dict[str, int]
 
@@ -11,13 +11,6 @@ Vector = dict[str, int]
 def add_into(target: Vector, other: Mapping[str, int], sign: int = 1) -> None:
     for key, amount in other.items():
         target[key] = target.get(key, 0) + sign * amount
-
-
-def total(vectors: Iterable[Mapping[str, int]]) -> Vector:
-    out: Vector = {}
-    for vector in vectors:
-        add_into(out, vector)
-    return out
 
 
 def scaled(vector: Mapping[str, int], factor: int) -> Vector:

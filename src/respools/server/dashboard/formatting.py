@@ -36,7 +36,6 @@ WAIT_REASONS: dict[WaitReason, str] = {
     WaitReason.HELD_FOR_PREEMPTOR: "capacity held for a preempting request",
     WaitReason.PREEMPTING: "waiting for preempted leases to end",
     WaitReason.RESERVATION_WINDOW: "would overlap a reservation window",
-    WaitReason.QUEUED_BEHIND: "queued behind earlier requests",
     WaitReason.POOL_DRAINING: "pool is draining",
 }
 
