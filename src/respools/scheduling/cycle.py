@@ -5,9 +5,16 @@ The cycle (1) expires and revokes leases whose deadlines passed, (2) builds each
 preemption is held for them — and (5) walks the subjects' queue heads in the order of §2.4 through a
 heap, granting, planning preemption, or recording why each request waits.
 
-Cost is kept near-linear in the queue length: a subject's requests are compared to the requests of
-the same subject that already failed this cycle, and one that asks for at least as much under the same
-constraints is known to fail without another look (capacity only shrinks during a cycle).
+Cost is kept near-linear in the queue length and small per request:
+
+- look-alike requests are grouped, and a group is classified, ordered and answered as one; a
+  subject's groups are compared to the requests of the same subject that already failed this cycle,
+  and one that asks for at least as much under the same constraints is known to fail without another
+  look (capacity only shrinks during a cycle);
+- each request is read once, in the order it sits in memory (``__dict__``, not pydantic attributes);
+- what preemption planning derives from a pool or a subject's standing (who may be taken, what they
+  hold, whether a shape fits the map) is cached until the cycle changes that pool or subject, which
+  it marks with ``PoolState.changed``.
 """
 
 from __future__ import annotations
@@ -17,15 +24,15 @@ import heapq
 import math
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from itertools import repeat
 from operator import attrgetter
-from typing import cast
 
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
 from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, Wait
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.preemption import Plan, plan_preemption
-from respools.scheduling.requests import RequestGroup, RequestView, group_key, view_of
+from respools.scheduling.requests import Derived, Eligibility, RequestGroup, RequestView, group_key, view_of
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools
 from respools.scheduling.vectors import add_into, dominates
@@ -58,6 +65,9 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+_UNCLASSIFIED = Eligibility([], "not classified yet")
+
+
 class _Cycle:
     def __init__(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
@@ -65,7 +75,6 @@ class _Cycle:
         self.decisions = Decisions()
         self.position = 0
         self.pools: dict[str, PoolState] = {}
-        self.failures: dict[str, list[Failure]] = {}
 
     def run(self) -> Decisions:
         live = self._expire(self.snapshot.leases)
@@ -106,75 +115,75 @@ class _Cycle:
                 pools_of.setdefault(policy.subject, []).append((-policy.priority, policy.pool))
         for ranked in pools_of.values():
             ranked.sort()
-        members: dict[tuple[object, ...], list[Request]] = {}
-        for request in requests:
+        # Oldest first, ties by id: the order inside a group. The store hands requests over in this
+        # order already, where sorting costs one pass; afterwards every bucket is in order as built.
+        ordered = sorted(requests, key=_SUBMISSION_ORDER)
+        # Ids are read here, in the order the requests sit in memory, not later group by group.
+        members: dict[tuple[object, ...], tuple[list[Request], list[str]]] = {}
+        for request in ordered:
             key = group_key(request)
-            bucket = members.get(key)
-            if bucket is None:
-                members[key] = [request]
+            entry = members.get(key)
+            if entry is None:
+                members[key] = ([request], [request.id])
             else:
-                bucket.append(request)
+                entry[0].append(request)
+                entry[1].append(request.id)
         heads: list[RequestView] = []
-        classified: dict[tuple[object, ...], RequestGroup] = {}
-        for key, bucket in members.items():
-            bucket.sort(key=_SUBMISSION_ORDER, reverse=True)
-            rv = view_of(bucket[-1])
+        classified: dict[tuple[object, ...], Eligibility] = {}
+        shapes: dict[tuple[object, ...], Derived] = {}
+        for key, (bucket, ids) in members.items():
+            bucket.reverse()
+            ids.reverse()
+            rv = view_of(bucket[-1], RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
             # Eligibility does not depend on request priority or nomination: classify once for all.
-            same = classified.get(key[:3] + key[4:9])
-            if same is None:
-                classified[key[:3] + key[4:9]] = rv.group
-                self._classify(rv, [n for _, n in pools_of.get(rv.subject, [])])
-            else:
-                rv.group.candidates = same.candidates
-                rv.group.rejection = same.rejection
-                rv.group.signature = same.signature
-            rv.group.members = bucket
-            if rv.group.rejection is None:
+            eligibility = classified.get(key[:4])
+            if eligibility is None:
+                eligibility = classified[key[:4]] = self._classify(rv, [n for _, n in pools_of.get(rv.subject, [])])
+            rv.group.eligibility = eligibility
+            if eligibility.rejection is None:
                 heads.append(rv)
             else:
-                self.decisions.rejects.extend(Reject(r.id, rv.group.rejection) for r in reversed(bucket))
+                self.decisions.rejects.extend(Reject(r.id, eligibility.rejection) for r in reversed(bucket))
         heads.sort(key=lambda rv: (-rv.priority, rv.submitted_ts, rv.id))
         return heads
 
-    def _classify(self, rv: RequestView, names: list[str]) -> None:
-        """Fill the group's candidate pools, or its rejection when none is eligible."""
+    def _classify(self, rv: RequestView, names: list[str]) -> Eligibility:
+        """The group's candidate pools, or its rejection when none is eligible."""
         request = rv.request
         if request.pools is not None:
             names = [n for n in names if n in request.pools]
         if not names:
             asked = f" among {', '.join(request.pools)}" if request.pools else ""
-            rv.group.rejection = f"subject {rv.subject!r} has no policy on any pool{asked}: ask an admin for one"
-            return
+            return Eligibility([], f"subject {rv.subject!r} has no policy on any pool{asked}: ask an admin for one")
+        candidates = []
         reasons = []
         for name in names:
             state = self.pools[name]
             quota = state.quotas[rv.subject]
             why = ineligibility(state, quota, rv)
             if why is None:
-                rv.group.candidates.append((state, quota))
+                candidates.append((state, quota))
             else:
                 reasons.append(why)
-        if not rv.group.candidates:
-            rv.group.rejection = "; ".join(reasons)
-            return
-        names = [s.name for s, _ in rv.group.candidates]
+        if not candidates:
+            return Eligibility([], "; ".join(reasons))
         shape = rv.shape
-        rv.group.signature = (
-            tuple(names),
+        signature = (
+            tuple(s.name for s, _ in candidates),
             rv.preemptible,
             (shape.gpu_class, shape.selectors, shape.replicas, shape.memory_mb),
             request.max_runtime_s,
         )
+        return Eligibility(candidates, None, signature)
 
     # -- (4) nominated waiters ----------------------------------------------------------------------
 
     def _serve_nominated(self, groups: list[RequestView]) -> None:
         in_flight: dict[str, list[LeaseView]] = {}
         for state in self.pools.values():
-            for quota in state.quotas.values():
-                for lv in quota.leases:
-                    if lv.preempting and lv.preempted_for:
-                        in_flight.setdefault(lv.preempted_for, []).append(lv)
+            for lv in state.preempting:
+                if lv.preempted_for:
+                    in_flight.setdefault(lv.preempted_for, []).append(lv)
         for proto in groups:
             nominated = proto.request.nominated_pool
             if nominated is None:
@@ -199,6 +208,7 @@ class _Cycle:
                     state.name,
                 )
             proto.group.members = undecided[::-1]
+            proto.group.ids = [request.id for request in proto.group.members]
 
     # -- (5) the queues -----------------------------------------------------------------------------
 
@@ -215,18 +225,18 @@ class _Cycle:
         while heap:
             _, subject = heapq.heappop(heap)
             queue = queues[subject]
-            self._serve(queue.pop())
-            failures = self.failures.get(subject)
-            if failures:
-                for proto in queue.settle(failures):
+            failure = self._serve(queue.pop())
+            if failure is not None:
+                for proto in queue.settle(failure):
                     self._wait_all(proto)
             if queue:
                 heapq.heappush(heap, (_order_key(queue.head()), subject))
 
-    def _serve(self, rv: RequestView) -> None:
+    def _serve(self, rv: RequestView) -> Failure | None:
+        """Grant, preempt for, or fail ``rv``; a failure is returned so that its look-alikes share it."""
         first = self._try_grant_anywhere(rv)
         if first is None:
-            return
+            return None
         shortfall, pool_name = first
         if shortfall[0] not in _NOT_PREEMPTABLE:
             for state, quota in rv.candidates:
@@ -235,9 +245,9 @@ class _Cycle:
                 plan = plan_preemption(state, quota, rv)
                 if plan is not None:
                     self._preempt(state, quota, rv, plan)
-                    return
-        self.failures.setdefault(rv.subject, []).append((rv.group.signature, rv.priority, rv.demand, shortfall))
+                    return None
         self._wait(rv, shortfall, pool_name)
+        return (rv.group.eligibility.signature, rv.priority, rv.demand, shortfall)
 
     def _try_grant_anywhere(self, rv: RequestView) -> tuple[Shortfall, str] | None:
         """Grant on the first candidate pool that fits without preemption (DESIGN §2.7); else the
@@ -269,6 +279,7 @@ class _Cycle:
     # -- effects ------------------------------------------------------------------------------------
 
     def _grant(self, state: PoolState, quota: SubjectQuota, rv: RequestView, placement: Placement) -> None:
+        state.changed(quota)
         borrowed: dict[str, int] = {}
         for key, amount in rv.demand.items():
             if key not in state.capacity:
@@ -286,6 +297,7 @@ class _Cycle:
         self.decisions.grants.append(Grant(rv.id, state.name, Resources(rv.demand), Resources(borrowed), placement))
 
     def _preempt(self, state: PoolState, quota: SubjectQuota, rv: RequestView, plan: Plan) -> None:
+        state.changed(*(state.quotas[subject] for subject in {lv.subject for lv in plan.victims}))
         for lv in plan.victims:
             lv.preempting = True
             add_into(state.quotas[lv.subject].leaving, lv.resources)
@@ -301,30 +313,36 @@ class _Cycle:
 
     def _hold(self, state: PoolState, quota: SubjectQuota, rv: RequestView, victims: list[LeaseView]) -> None:
         """Keep what is free now, and the devices the victims will free, for the waiter."""
+        state.changed(quota)
         add_into(quota.incoming, rv.demand)
         for key, amount in rv.demand.items():
             if key in state.capacity:
-                held = min(max(state.free.get(key, 0), 0), amount)
-                state.free[key] -= held
-                state.held[key] = state.held.get(key, 0) + held
+                kept = min(max(state.free.get(key, 0), 0), amount)
+                state.free[key] -= kept
+                state.held[key] = state.held.get(key, 0) + kept
         if state.devices is None or not rv.shape.needs_devices:
             return
-        placements = [lv.lease.placement for lv in victims]
-        state.devices.release_all(placements)
+        freed = [lv.held for lv in victims]
+        state.devices.release_all(freed)
         target = state.devices.place(rv.shape)
-        for placement in placements:
-            state.devices.occupy(placement)
+        for devices in freed:
+            state.devices.apply(devices)
         if target is not None:
             state.devices.occupy(target)
 
     def _wait_all(self, proto: RequestView) -> None:
-        shortfall = cast(Shortfall, proto.group.failure)
+        assert proto.group.failure is not None, "settled groups carry their failure"
+        reason, message = proto.group.failure
         pool = proto.candidates[0][0].name
-        waits = self.decisions.waits
-        for request in reversed(proto.group.members):
-            self.position += 1
-            waits.append(Wait(request.id, shortfall[0], shortfall[1], self.position, pool))
+        ids = proto.group.ids
+        ids.reverse()
+        first = self.position + 1
+        self.position += len(ids)
+        self.decisions.waits.extend(
+            map(Wait, ids, repeat(reason), repeat(message), range(first, self.position + 1), repeat(pool))
+        )
         proto.group.members = []
+        proto.group.ids = []
 
     def _wait(self, rv: RequestView, shortfall: Shortfall, pool: str | None) -> None:
         self.position += 1
@@ -338,10 +356,12 @@ class _SubjectQueue:
     def __init__(self) -> None:
         self._groups: dict[int, RequestView] = {}
         self._heads: list[tuple[int, float, str, int]] = []
+        self._by_signature: dict[tuple[object, ...], list[int]] = {}
 
     def add(self, proto: RequestView) -> None:
         key = id(proto.group)
         self._groups[key] = proto
+        self._by_signature.setdefault(proto.group.eligibility.signature, []).append(key)
         self._push(key)
 
     def _push(self, key: int) -> None:
@@ -349,32 +369,51 @@ class _SubjectQueue:
         request = proto.group.members[-1]
         heapq.heappush(self._heads, (-proto.priority, request.submitted_at.timestamp(), request.id, key))
 
+    def _drop_settled(self) -> None:
+        """Settled groups leave their heads in the heap; they are dropped when they come up."""
+        heads, groups = self._heads, self._groups
+        while heads and heads[0][3] not in groups:
+            heapq.heappop(heads)
+
     def __bool__(self) -> bool:
+        self._drop_settled()
         return bool(self._heads)
 
     def head(self) -> RequestView:
+        self._drop_settled()
         proto = self._groups[self._heads[0][3]]
         return proto.sibling(proto.group.members[-1])
 
     def pop(self) -> RequestView:
+        self._drop_settled()
         key = heapq.heappop(self._heads)[3]
         proto = self._groups[key]
         rv = proto.sibling(proto.group.members.pop())
+        proto.group.ids.pop()
         if proto.group.members:
             self._push(key)
         else:
             del self._groups[key]
         return rv
 
-    def settle(self, failures: list[Failure]) -> list[RequestView]:
-        """Take out every group bound to fail for the rest of the cycle."""
-        doomed = [key for key, proto in self._groups.items() if _known_failure(proto, failures)]
-        if not doomed:
-            return []
-        out = [self._groups.pop(key) for key in doomed]
-        self._heads = [h for h in self._heads if h[3] in self._groups]
-        heapq.heapify(self._heads)
-        return out
+    def settle(self, failure: Failure) -> list[RequestView]:
+        """Take out every group bound to repeat ``failure`` for the rest of the cycle: same
+        constraints, no higher priority, at least as much asked (capacity only shrinks during a
+        cycle). Only groups of the failure's signature can, so only they are looked at."""
+        signature, priority, demand, shortfall = failure
+        doomed: list[RequestView] = []
+        kept: list[int] = []
+        for key in self._by_signature.get(signature, ()):
+            proto = self._groups.get(key)
+            if proto is None:
+                continue
+            if proto.priority <= priority and dominates(proto.demand, demand):
+                proto.group.failure = shortfall
+                doomed.append(self._groups.pop(key))
+            else:
+                kept.append(key)
+        self._by_signature[signature] = kept
+        return doomed
 
 
 def _order_key(rv: RequestView) -> OrderKey:
@@ -402,16 +441,3 @@ def _order_key(rv: RequestView) -> OrderKey:
                 dominant = max(dominant, borrowed / cap)
     share = math.inf if quota.weight == 0 else dominant / quota.weight
     return (-quota.priority, 1, share, rv.submitted_ts, rv.id)
-
-
-def _known_failure(rv: RequestView, failures: list[Failure]) -> Shortfall | None:
-    """A failure of the same subject this cycle that this request is bound to repeat: same constraints,
-    no higher priority, at least as much asked. Checked once per group and new failure."""
-    group = rv.group
-    if group.failure is None:
-        for signature, priority, demand, shortfall in failures[group.failures_seen :]:
-            if signature == group.signature and rv.priority <= priority and dominates(rv.demand, demand):
-                group.failure = shortfall
-                break
-        group.failures_seen = len(failures)
-    return cast(Shortfall | None, group.failure)

@@ -21,6 +21,18 @@ from respools.scheduling.state import PoolState, SubjectQuota
 
 def ineligibility(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str | None:
     """Why ``rv`` can never be granted on ``pool`` under ``quota``, or None if it may be."""
+    cache = pool.never_eligible
+    key = (rv.shape, tuple(rv.demand.items()))
+    if key in cache:
+        reason = cache[key]
+    else:
+        reason = cache[key] = _pool_reason(pool, rv)
+    return reason or _quota_reason(pool, quota, rv)
+
+
+def _pool_reason(pool: PoolState, rv: RequestView) -> str | None:
+    """What rules the request out whoever asks: class, selectors, forms, keys, amounts, devices.
+    Cached per pool and request shape, since a queue holds a handful of shapes."""
     spec = pool.spec
     request = rv.request
     name = spec.name
@@ -44,35 +56,36 @@ def ineligibility(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str 
             if key in UNBOUNDED_WHEN_UNMETERED or (key == GPU_MEMORY_KEY and spec.inventory is not None):
                 continue
             return f"pool {name!r} does not offer {key!r} (it offers {', '.join(sorted(pool.capacity))})"
-        asked = _Lazy(key, amount)
         if amount > capacity:
-            return f"asks for {asked} but pool {name!r} has {format_resources({key: capacity})} in all"
-        if quota.limit is not None and key in quota.limit and amount > quota.limit[key]:
-            return (
-                f"asks for {asked} but {quota.subject!r} is limited to "
-                f"{format_resources({key: quota.limit[key]})} in pool {name!r}"
-            )
-        if not rv.preemptible:
-            ceiling = quota.policy_reserved.get(key, 0) + _reservable(pool, quota.subject, key)
-            if amount > ceiling:
-                return (
-                    f"non-preemptible requests must fit the reserved share, and {quota.subject!r} has "
-                    f"{format_resources({key: ceiling})} reserved in pool {name!r} for {asked}: "
-                    "ask for less or mark the step preemptible"
-                )
+            asked, offered = format_resources({key: amount}), format_resources({key: capacity})
+            return f"asks for {asked} but pool {name!r} has {offered} in all"
     if spec.inventory is not None:
         return _inventory_reason(pool, rv)
     return None
 
 
-class _Lazy:
-    """A formatted amount built only if a message needs it: most requests are eligible."""
-
-    def __init__(self, key: str, amount: int) -> None:
-        self.key, self.amount = key, amount
-
-    def __format__(self, spec: str) -> str:
-        return format(format_resources({self.key: self.amount}), spec)
+def _quota_reason(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str | None:
+    """What rules the request out for this subject: its limit, and its reserved share for a
+    non-preemptible request."""
+    name = pool.name
+    for key, amount in rv.demand.items():
+        if key not in pool.capacity:
+            continue
+        if quota.limit is not None and key in quota.limit and amount > quota.limit[key]:
+            return (
+                f"asks for {format_resources({key: amount})} but {quota.subject!r} is limited to "
+                f"{format_resources({key: quota.limit[key]})} in pool {name!r}"
+            )
+        if not rv.preemptible:
+            ceiling = quota.policy_reserved.get(key, 0) + _reservable(pool, quota.subject, key)
+            if amount > ceiling:
+                asked, reserved = format_resources({key: amount}), format_resources({key: ceiling})
+                return (
+                    f"non-preemptible requests must fit the reserved share, and {quota.subject!r} has "
+                    f"{reserved} reserved in pool {name!r} for {asked}: "
+                    "ask for less or mark the step preemptible"
+                )
+    return None
 
 
 def _reservable(pool: PoolState, subject: str, key: str) -> int:

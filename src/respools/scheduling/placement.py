@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import NamedTuple
 
 from respools.model import GPU, MILLI, Host, Placement, PlacementItem, PoolSpec, is_mig_key, mig_profile
 from respools.scheduling.catalogue import matches_class
@@ -17,9 +19,9 @@ from respools.scheduling.catalogue import matches_class
 GPU_MEMORY_KEY = "gpu_memory_mb"
 
 
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """One replica's device needs, derived once per request."""
+class Shape(NamedTuple):
+    """One replica's device needs, derived once per request group. A named tuple, not a dataclass:
+    shapes key the cycle's caches, and a tuple hashes and compares in C."""
 
     whole: int = 0
     fraction: int = 0
@@ -76,11 +78,21 @@ class HostSlots:
     free_whole: int = 0
     free_milli: int = 0
     free_mig: dict[str, int] = field(default_factory=dict)
+    plain_gpus: int = 0
+    """GPUs not split into MIG instances, busy or not."""
+    mig_instances: dict[str, int] = field(default_factory=dict)
+    """MIG instances per profile, busy or not."""
 
     def may_fit(self, shape: Shape) -> bool:
         if shape.whole > self.free_whole or shape.fraction > self.free_milli:
             return False
         return all(self.free_mig.get(profile, 0) >= count for profile, count in shape.mig)
+
+
+_ITEM_FIELDS = itemgetter("gpu_uuid", "mig_uuid", "milli", "memory_mb")
+
+Held = tuple[tuple[GpuSlot, HostSlots, int, int, str | None], ...]
+"""A placement resolved against a map: per device its slot, host, milli, memory and MIG instance."""
 
 
 class DeviceMap:
@@ -117,46 +129,57 @@ class DeviceMap:
             else:
                 hs.free_whole += 1
                 hs.free_milli += MILLI
+        hs.plain_gpus = hs.free_whole
+        hs.mig_instances = dict(hs.free_mig)
         self._host_of[host.name] = hs
         return hs
 
     # -- occupancy ----------------------------------------------------------------------------------
 
     def occupy(self, placement: Placement, sign: int = 1) -> None:
-        """Apply (``sign=1``) or undo (``sign=-1``) a lease's placement. Devices that left the
-        inventory are ignored: their lease records stay valid, the capacity is simply gone."""
+        """Apply (``sign=1``) or undo (``sign=-1``) a lease's placement."""
+        self.apply(self.resolve(placement), sign)
+
+    def resolve(self, placement: Placement) -> Held:
+        """The placement's devices on this map. Devices that left the inventory are dropped: their
+        lease records stay valid, the capacity is simply gone."""
+        held: list[tuple[GpuSlot, HostSlots, int, int, str | None]] = []
         for item in placement.items:
-            slot = self._by_uuid.get(item.gpu_uuid)
+            gpu_uuid, mig_uuid, milli, memory_mb = _ITEM_FIELDS(item.__dict__)  # once per lease per cycle
+            slot = self._by_uuid.get(gpu_uuid)
             if slot is None:
                 continue
             host = self._host_of[slot.host]
-            if item.mig_uuid is not None:
-                profile = slot.mig_profile_of.get(item.mig_uuid)
-                if profile is None:
-                    continue
-                if sign > 0 and item.mig_uuid not in slot.mig_used:
-                    slot.mig_used.add(item.mig_uuid)
+            if mig_uuid is None:
+                memory = memory_mb if memory_mb is not None else slot.memory_mb * milli // MILLI
+                held.append((slot, host, milli, memory, None))
+            elif mig_uuid in slot.mig_profile_of:
+                held.append((slot, host, 0, 0, mig_uuid))
+        return tuple(held)
+
+    def apply(self, held: Held, sign: int = 1) -> None:
+        """``occupy`` for a placement resolved once: preemption planning takes the same leases off
+        the map and puts them back many times per cycle."""
+        for slot, host, milli, memory, mig_uuid in held:
+            if mig_uuid is not None:
+                profile = slot.mig_profile_of[mig_uuid]
+                if sign > 0 and mig_uuid not in slot.mig_used:
+                    slot.mig_used.add(mig_uuid)
                     host.free_mig[profile] -= 1
-                elif sign < 0 and item.mig_uuid in slot.mig_used:
-                    slot.mig_used.discard(item.mig_uuid)
+                elif sign < 0 and mig_uuid in slot.mig_used:
+                    slot.mig_used.discard(mig_uuid)
                     host.free_mig[profile] += 1
                 continue
-            was_free = slot.used_milli == 0
-            before = max(0, MILLI - slot.used_milli)
-            slot.used_milli += sign * item.milli
-            slot.used_memory += sign * self._memory_of(item, slot)
-            host.free_whole += (slot.used_milli == 0) - was_free
-            host.free_milli += max(0, MILLI - slot.used_milli) - before
+            used = slot.used_milli
+            after = used + sign * milli
+            slot.used_milli = after
+            slot.used_memory += sign * memory
+            host.free_whole += (after == 0) - (used == 0)
+            host.free_milli += max(0, MILLI - after) - max(0, MILLI - used)
 
-    @staticmethod
-    def _memory_of(item: PlacementItem, slot: GpuSlot) -> int:
-        if item.memory_mb is not None:
-            return item.memory_mb
-        return slot.memory_mb * item.milli // MILLI
-
-    def release_all(self, placements: Iterable[Placement]) -> None:
-        for placement in placements:
-            self.occupy(placement, -1)
+    def release_all(self, held: Iterable[Held]) -> None:
+        for devices in held:
+            self.apply(devices, -1)
 
     # -- matching -----------------------------------------------------------------------------------
 
@@ -178,10 +201,10 @@ class DeviceMap:
         """A placement for every replica on distinct hosts, or None. Does not occupy it."""
         if not shape.needs_devices:
             return Placement()
-        items: list[PlacementItem] = []
+        picks: list[_Pick] = []
         used_hosts: set[str] = set()
         for _ in range(shape.replicas):
-            best: tuple[int, str, list[PlacementItem]] | None = None
+            best: tuple[int, str, list[_Pick]] | None = None
             for host in self.hosts:
                 if host.name in used_hosts or not host.may_fit(shape):
                     continue
@@ -196,20 +219,53 @@ class DeviceMap:
             if best is None:
                 return None
             used_hosts.add(best[1])
-            items.extend(best[2])
-        return Placement(items=items)
+            picks.extend(best[2])
+        return Placement(items=[_item(pick) for pick in picks])
+
+    def fits(self, shape: Shape, hosts: Iterable[HostSlots] | None = None) -> bool:
+        """Whether ``place`` would find a placement (on ``hosts`` only, if given), without choosing
+        the best hosts: preemption planning asks this many times per cycle and needs only yes or no."""
+        if not shape.needs_devices:
+            return True
+        found = 0
+        for host in self.hosts if hosts is None else hosts:
+            if host.may_fit(shape) and self._place_on_host(host, shape) is not None:
+                found += 1
+                if found == shape.replicas:
+                    return True
+        return False
+
+    def fits_when_empty(self, shape: Shape) -> bool | None:
+        """Whether ``shape`` fits this inventory with nothing occupied, from the hosts' totals; None
+        when the shape has constraints (class, selectors, memory) that the totals cannot judge."""
+        if shape.gpu_class is not None or shape.selectors or shape.memory_mb:
+            return None
+        gpus = shape.whole + (1 if shape.fraction else 0)
+        hosts = sum(
+            1
+            for host in self.hosts
+            if host.plain_gpus >= gpus and all(host.mig_instances.get(p, 0) >= n for p, n in shape.mig)
+        )
+        return hosts >= shape.replicas
 
     def _slack(self, host: HostSlots, shape: Shape) -> int:
         """How much would be left on the host after the grant: smaller is a tighter (better) fit."""
-        free_whole = sum(
-            1 for g in host.gpus if not g.mig_enabled and g.used_milli == 0 and self._matches(host, g, shape)
-        )
-        free_milli = sum(MILLI - g.used_milli for g in host.gpus if not g.mig_enabled and self._matches(host, g, shape))
-        free_mig = sum(len(g.free_mig(profile)) for g in host.gpus if g.mig_enabled for profile, _ in shape.mig)
+        # A GPU held for a preemptor can be over-committed for a while; it counts as full, not as less.
+        if shape.gpu_class is None and not shape.selectors:  # every device matches: the host's counters
+            free_whole, free_milli = host.free_whole, host.free_milli
+            free_mig = sum(host.free_mig.get(profile, 0) for profile, _ in shape.mig)
+        else:
+            free_whole = sum(
+                1 for g in host.gpus if not g.mig_enabled and g.used_milli == 0 and self._matches(host, g, shape)
+            )
+            free_milli = sum(
+                max(0, MILLI - g.used_milli) for g in host.gpus if not g.mig_enabled and self._matches(host, g, shape)
+            )
+            free_mig = sum(len(g.free_mig(profile)) for g in host.gpus if g.mig_enabled for profile, _ in shape.mig)
         return (free_whole - shape.whole) * MILLI + free_milli - shape.fraction + free_mig
 
-    def _place_on_host(self, host: HostSlots, shape: Shape) -> list[PlacementItem] | None:
-        items: list[PlacementItem] = []
+    def _place_on_host(self, host: HostSlots, shape: Shape) -> list[_Pick] | None:
+        picks: list[_Pick] = []
         taken: set[str] = set()
         if shape.whole:
             free = [
@@ -223,7 +279,7 @@ class DeviceMap:
             if len(free) < shape.whole:
                 return None
             for g in free[: shape.whole]:
-                items.append(PlacementItem(host=host.name, gpu_uuid=g.uuid, gpu_index=g.index))
+                picks.append((host.name, g.uuid, g.index, MILLI, None, None, None))
                 taken.add(g.uuid)
         if shape.fraction:
             best: GpuSlot | None = None
@@ -239,15 +295,8 @@ class DeviceMap:
                     best = g
             if best is None:
                 return None
-            items.append(
-                PlacementItem(
-                    host=host.name,
-                    gpu_uuid=best.uuid,
-                    gpu_index=best.index,
-                    milli=shape.fraction,
-                    memory_mb=shape.memory_mb or best.memory_mb * shape.fraction // MILLI,
-                )
-            )
+            memory_cap = shape.memory_mb or best.memory_mb * shape.fraction // MILLI
+            picks.append((host.name, best.uuid, best.index, shape.fraction, memory_cap, None, None))
         for profile, count in shape.mig:
             candidates = sorted(
                 (
@@ -262,31 +311,43 @@ class DeviceMap:
             need = count
             for _, _, g, free_uuids in candidates:
                 for mig_uuid in free_uuids[:need]:
-                    items.append(
-                        PlacementItem(
-                            host=host.name,
-                            gpu_uuid=g.uuid,
-                            gpu_index=g.index,
-                            mig_uuid=mig_uuid,
-                            mig_profile=profile,
-                            milli=0,
-                        )
-                    )
+                    picks.append((host.name, g.uuid, g.index, 0, None, mig_uuid, profile))
                 need -= min(need, len(free_uuids))
                 if need == 0:
                     break
             if need:
                 return None
-        return items
+        return picks
+
+
+_Pick = tuple[str, str, int, int, int | None, str | None, str | None]
+"""host, GPU uuid, index, milli, memory cap, MIG uuid, MIG profile: a device chosen on a host being
+tried. Kept as a tuple until its host wins, since building the model validates every field."""
+
+
+def _item(pick: _Pick) -> PlacementItem:
+    host, uuid, index, milli, memory_mb, mig_uuid, mig_profile = pick
+    return PlacementItem(
+        host=host,
+        gpu_uuid=uuid,
+        gpu_index=index,
+        milli=milli,
+        memory_mb=memory_mb,
+        mig_uuid=mig_uuid,
+        mig_profile=mig_profile,
+    )
 
 
 def possible_on_empty(empty: DeviceMap, shape: Shape) -> str | None:
     """Why ``shape`` could never be placed on this inventory (``empty`` is its map with nothing
     occupied), or None if it could on an empty pool."""
-    if not shape.needs_devices:
+    if not shape.needs_devices or empty.fits(shape):
         return None
-    if empty.place(shape) is not None:
-        return None
+    return never_fits(shape)
+
+
+def never_fits(shape: Shape) -> str:
+    """Why ``shape`` has no room on an inventory even when it is empty, in words."""
     what = []
     if shape.whole:
         what.append(f"{shape.whole} whole GPU(s) on one host")

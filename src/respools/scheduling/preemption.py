@@ -8,16 +8,19 @@ from the last one chosen, dropping every victim whose release turns out not to b
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 from respools.model import GPU, PreemptReason, is_mig_key
 from respools.scheduling.fit import quota_miss
+from respools.scheduling.placement import Held, HostSlots, Shape
 from respools.scheduling.requests import RequestView
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota
 from respools.scheduling.vectors import Vector, add_into
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)  # identity: the trial takes candidates out of a list by identity
 class Candidate:
     order: tuple[int, int, int, float, str]
     lease: LeaseView
@@ -32,9 +35,10 @@ class Plan:
 
 
 def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Plan | None:
-    candidates = _candidates(pool, quota, rv)
-    if not candidates or not _could_fit(pool, quota, rv, candidates):
+    selection = _select(pool, quota, rv)
+    if selection is None or not _could_fit(pool, quota, rv, selection):
         return None
+    candidates = selection.candidates(quota)
     trial = _Trial(pool, quota, rv)
     try:
         chosen = trial.choose(candidates)
@@ -49,26 +53,40 @@ def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Pl
     return Plan(tuple(c.lease for c in chosen), reason)
 
 
-def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, candidates: list[Candidate]) -> bool:
+def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> bool:
     """Whether the waiter could fit even if every candidate went, in the books and on the devices:
-    most waiters that cannot preempt are told so here, in one check rather than one per candidate."""
-    released: Vector = {}
-    own: Vector = {}
-    for candidate in candidates:
-        add_into(released, candidate.lease.resources)
-        if candidate.own:
-            add_into(own, candidate.lease.resources)
-    if quota_miss(pool, quota, rv, released, own) is not None:
+    most waiters that cannot preempt are told so here, in one check rather than one per candidate,
+    and the books alone, from totals kept per subject, settle most of them."""
+    if quota_miss(pool, quota, rv, selection.released, selection.own_released) is not None:
         return False
-    if pool.devices is None or not rv.shape.needs_devices:
+    devices, shape = pool.devices, rv.shape
+    if devices is None or not shape.needs_devices or _fits_now(pool, shape):
         return True
-    placements = [c.lease.lease.placement for c in candidates]
-    pool.devices.release_all(placements)
+    held = [lv.held for lv in selection.leases()]
+    devices.release_all(held)
     try:
-        return pool.devices.place(rv.shape) is not None
+        return devices.fits(shape, _where_to_look(shape, held))
     finally:
-        for placement in placements:
-            pool.devices.occupy(placement)
+        for devices_of_lease in held:
+            devices.apply(devices_of_lease)
+
+
+def _fits_now(pool: PoolState, shape: Shape) -> bool:
+    """Whether the shape fits the pool's map as it is, once per pool state and shape."""
+    cache = pool.cache()
+    fits = cache.get((_fits_now, shape))
+    if fits is None:
+        assert pool.devices is not None
+        fits = cache[(_fits_now, shape)] = pool.devices.fits(shape)
+    return cast(bool, fits)
+
+
+def _where_to_look(shape: Shape, held: Iterable[Held]) -> Iterable[HostSlots] | None:
+    """Where a shape that does not fit now may fit once ``held`` is released: only on the hosts that
+    release frees something on (for one replica; a gang looks at every host, None)."""
+    if shape.replicas > 1:
+        return None
+    return {host.name: host for devices in held for _, host, _, _, _ in devices}.values()
 
 
 class _Trial:
@@ -81,6 +99,10 @@ class _Trial:
         self.released: Vector = {}
         self.own: Vector = {}
         self.out: list[Candidate] = []
+        self.freed: list[Held] | None = None
+        """Devices released so far, when only their hosts can make the difference."""
+        if self.devices is not None and rv.shape.replicas == 1 and not _fits_now(pool, rv.shape):
+            self.freed = []
 
     def choose(self, candidates: list[Candidate]) -> list[Candidate] | None:
         chosen: list[Candidate] = []
@@ -109,7 +131,9 @@ class _Trial:
         if candidate.own:
             add_into(self.own, candidate.lease.resources, sign)
         if self.devices is not None:
-            self.devices.occupy(candidate.lease.lease.placement, -sign)
+            self.devices.apply(candidate.lease.held, -sign)
+            if sign > 0 and self.freed is not None:
+                self.freed.append(candidate.lease.held)  # kept when put back: looking too wide is harmless
         if sign > 0:
             self.out.append(candidate)
         else:
@@ -119,53 +143,156 @@ class _Trial:
         """The books first, which is cheap, then the devices."""
         if quota_miss(self.pool, self.quota, self.rv, self.released, self.own) is not None:
             return False
-        return self.devices is None or self.devices.place(self.rv.shape) is not None
+        if self.devices is None:
+            return True
+        hosts = None if self.freed is None else _where_to_look(self.rv.shape, self.freed)
+        return self.devices.fits(self.rv.shape, hosts)
 
     def restore(self) -> None:
         if self.devices is not None:
             for candidate in self.out:
-                self.devices.occupy(candidate.lease.lease.placement)
+                self.devices.apply(candidate.lease.held)
 
 
-def _candidates(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> list[Candidate]:
-    demand = rv.demand
-    capacity = pool.capacity
-    short = {k for k, a in demand.items() if k in capacity and pool.free.get(k, 0) < a}
-    if not short:  # the quota fits but no device does: free devices
-        short = {k for k in demand if k == GPU or is_mig_key(k)}
-    within_limit = all(
-        quota.usage.get(k, 0) + a <= quota.limit_of(k, capacity[k]) for k, a in demand.items() if k in capacity
-    )
-    reclaim = all(quota.usage.get(k, 0) + a <= quota.reserved.get(k, 0) for k, a in demand.items() if k in capacity)
-    out: list[Candidate] = []
-    if within_limit:
-        for other in pool.quotas.values():
-            if other is quota:
-                continue
-            if reclaim:
-                why = PreemptReason.RECLAIM
-            elif quota.priority > other.priority:
-                why = PreemptReason.PRIORITY
-            elif pool.spec.fair_share_preemption and rv.preemptible and quota.priority == other.priority:
-                why = PreemptReason.FAIR_SHARE
-            else:
-                continue
-            if not other.leases:
-                continue
-            effective = other.effective()
-            borrowing = [k for k in short if effective.get(k, 0) > other.reserved.get(k, 0)]
-            if not borrowing:
-                continue
-            for lease in other.leases:
-                if lease.preemptible and not lease.preempting and any(lease.borrowed.get(k, 0) > 0 for k in borrowing):
-                    order = (0, other.priority, lease.priority, -lease.granted_ts, lease.id)
-                    out.append(Candidate(order, lease, why, own=False))
-    for lease in quota.leases:
-        if lease.preemptible and not lease.preempting and lease.priority < rv.priority:
-            order = (1, quota.priority, lease.priority, -lease.granted_ts, lease.id)
-            out.append(Candidate(order, lease, PreemptReason.PRIORITY, own=True))
-    out.sort(key=lambda c: c.order)
-    return out
+@dataclass(slots=True)
+class _Victims:
+    """A subject's leases that may be taken, in victim order (lowest request priority first, then the
+    most recently granted), cached per pool until the pool's accounting changes: a long queue asks
+    for them once per failing group, and they rarely change within a cycle."""
+
+    effective: Vector
+    leases: list[LeaseView]
+    by_keys: dict[frozenset[str], tuple[list[LeaseView], Vector]]
+    by_priority: dict[int, tuple[list[LeaseView], Vector]]
+
+    def below(self, priority: int) -> tuple[list[LeaseView], Vector]:
+        """The leases of lower request priority than ``priority``, and what they hold in all."""
+        found = self.by_priority.get(priority)
+        if found is None:
+            leases = [lv for lv in self.leases if lv.priority < priority]
+            found = self.by_priority[priority] = (leases, _total(leases))
+        return found
+
+    def borrowing_on(self, keys: frozenset[str]) -> tuple[list[LeaseView], Vector]:
+        """The leases that borrow on one of ``keys``, and what they hold in all."""
+        found = self.by_keys.get(keys)
+        if found is None:
+            leases = [lv for lv in self.leases if any(lv.borrowed.get(k, 0) > 0 for k in keys)]
+            found = self.by_keys[keys] = (leases, _total(leases))
+        return found
+
+
+def _total(leases: list[LeaseView]) -> Vector:
+    total: Vector = {}
+    for lv in leases:
+        add_into(total, lv.resources)
+    return total
+
+
+def _victims(quota: SubjectQuota) -> _Victims:
+    """Cached on the quota until its own accounting changes (not the pool's: in a preemption storm
+    the pool changes at every decision, while most subjects do not)."""
+    if quota.victims is None or quota.victims[0] != quota.version:
+        leases = sorted(
+            (lv for lv in quota.leases if lv.preemptible and not lv.preempting),
+            key=lambda lv: (lv.priority, -lv.granted_ts, lv.id),
+        )
+        quota.victims = (quota.version, _Victims(quota.effective(), leases, {}, {}))
+    return cast(_Victims, quota.victims[1])
+
+
+Taken = list[tuple[SubjectQuota, PreemptReason, list[LeaseView]]]
+"""Per other subject: why it may be preempted, and which of its leases."""
+
+
+@dataclass(slots=True)
+class _Selection:
+    """Who may be preempted for one waiter, as lists per subject, with the totals they would release."""
+
+    others: Taken
+    own: list[LeaseView]
+    released: Vector
+    own_released: Vector
+
+    def leases(self) -> list[LeaseView]:
+        return [lv for _, _, leases in self.others for lv in leases] + self.own
+
+    def candidates(self, quota: SubjectQuota) -> list[Candidate]:
+        out = [
+            Candidate((0, other.priority, lv.priority, -lv.granted_ts, lv.id), lv, why, False)
+            for other, why, leases in self.others
+            for lv in leases
+        ]
+        out.extend(
+            Candidate((1, quota.priority, lv.priority, -lv.granted_ts, lv.id), lv, PreemptReason.PRIORITY, True)
+            for lv in self.own
+        )
+        out.sort(key=lambda c: c.order)
+        return out
+
+
+def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection | None:
+    """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
+    priority or fair share; then the waiter's own leases of lower request priority."""
+    capacity, free, usage, limit, reserved = pool.capacity, pool.free, quota.usage, quota.limit, quota.reserved
+    short_keys = []
+    within_limit = reclaim = True
+    for k, a in rv.demand.items():
+        cap = capacity.get(k)
+        if cap is None:
+            continue
+        if free.get(k, 0) < a:
+            short_keys.append(k)
+        after = usage.get(k, 0) + a
+        if after > (limit.get(k, cap) if limit is not None else cap):
+            within_limit = False
+        if after > reserved.get(k, 0):
+            reclaim = False
+    # Nothing short in the books but no device fits: free devices.
+    short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
+    fair = pool.spec.fair_share_preemption and rv.preemptible
+    # The same for every waiter of this subject that comes short on the same keys, until the pool changes.
+    key = (_Selection, quota.subject, short, within_limit, reclaim, fair)
+    cache = pool.cache()
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
+    others, others_release = cast(tuple[Taken, Vector], found)
+    own, own_released = _victims(quota).below(rv.priority)
+    if not others and not own:
+        return None
+    released = dict(others_release)
+    add_into(released, own_released)
+    return _Selection(others, own, released, own_released)
+
+
+def _others(
+    pool: PoolState, quota: SubjectQuota, short: frozenset[str], within_limit: bool, reclaim: bool, fair: bool
+) -> tuple[Taken, Vector]:
+    others: Taken = []
+    released: Vector = {}
+    if not within_limit:
+        return others, released
+    for other in pool.quotas.values():
+        if other is quota or not other.leases:
+            continue
+        if reclaim:
+            why = PreemptReason.RECLAIM
+        elif quota.priority > other.priority:
+            why = PreemptReason.PRIORITY
+        elif fair and quota.priority == other.priority:
+            why = PreemptReason.FAIR_SHARE
+        else:
+            continue
+        victims = _victims(other)
+        borrowing = frozenset(k for k in short if victims.effective.get(k, 0) > other.reserved.get(k, 0))
+        if not borrowing:
+            continue
+        leases, total = victims.borrowing_on(borrowing)
+        if leases:
+            others.append((other, why, leases))
+            add_into(released, total)
+    return others, released
 
 
 def _fair(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Candidate]) -> bool:

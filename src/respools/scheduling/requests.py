@@ -7,28 +7,38 @@ subject, resources, constraints and candidate pools, and shared by reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import itemgetter
 
-from respools.model import STEP_RUN, Request
+from respools.model import STEP_RUN, Request, WaitReason
 from respools.scheduling.placement import Shape, shape_of
 from respools.scheduling.state import PoolState, SubjectQuota
 from respools.scheduling.vectors import Vector, scaled
 
 
 @dataclass(slots=True)
-class RequestGroup:
-    """What the requests of one group share, including what the cycle learnt about them."""
+class Eligibility:
+    """Where the requests of a group may go, or why nowhere. Shared by every group of a subject that
+    asks alike, whatever the request priority or nomination, which eligibility does not depend on."""
 
-    candidates: list[tuple[PoolState, SubjectQuota]] = field(default_factory=list)
+    candidates: list[tuple[PoolState, SubjectQuota]]
     """Eligible pools in policy-priority order."""
     rejection: str | None = None
     signature: tuple[object, ...] = ()
     """Requests of one subject with equal signatures fail alike when one's demand dominates the other's."""
-    failure: object | None = None
-    """The shortfall every request of the group meets for the rest of the cycle, once known."""
-    failures_seen: int = 0
-    members: list[Request] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RequestGroup:
+    """What the requests of one group share, including what the cycle learnt about them."""
+
+    eligibility: Eligibility
+    members: list[Request]
     """The group's requests not yet decided, the next one last (so that taking it is a pop)."""
+    ids: list[str]
+    """The ids of ``members``, in the same order."""
+    failure: tuple[WaitReason, str] | None = None
+    """The shortfall every request of the group meets for the rest of the cycle, once known."""
 
 
 @dataclass(slots=True)
@@ -46,7 +56,7 @@ class RequestView:
 
     @property
     def candidates(self) -> list[tuple[PoolState, SubjectQuota]]:
-        return self.group.candidates
+        return self.group.eligibility.candidates
 
     def sibling(self, request: Request) -> RequestView:
         """A view of a look-alike request sharing this one's derived data."""
@@ -63,35 +73,52 @@ class RequestView:
         )
 
 
+_ELIGIBILITY_FIELDS = itemgetter("subject", "preemptible", "replicas", "gpu_class", "max_runtime_s")
+
+
 def group_key(request: Request) -> tuple[object, ...]:
-    """Everything but identity and submission time. Priority sits at index 3 and the nominated pool
-    last, so that ``key[:3] + key[4:9]`` is what eligibility depends on."""
+    """Everything but identity and submission time. The first four items are what eligibility depends
+    on (request priority and the nominated pool follow), so ``key[:4]`` groups the groups that classify
+    alike. Read through ``__dict__`` in one C-level call: the key is taken once per waiting request per
+    cycle, and pydantic's attribute access costs several times more."""
+    fields = request.__dict__
+    selectors, pools = fields["selectors"], fields["pools"]
     return (
-        request.subject,
-        tuple(request.resources.items()),  # insertion order: look-alike steps are written alike
-        request.preemptible,
-        request.priority,
-        request.replicas,
-        request.gpu_class,
-        tuple(sorted(request.selectors.items())) if request.selectors else (),
-        tuple(request.pools) if request.pools is not None else None,
-        request.max_runtime_s,
-        request.nominated_pool,
+        _ELIGIBILITY_FIELDS(fields),
+        tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
+        tuple(sorted(selectors.items())) if selectors else (),
+        tuple(pools) if pools is not None else None,
+        fields["priority"],
+        fields["nominated_pool"],
     )
 
 
-def view_of(request: Request) -> RequestView:
-    shape = shape_of(request.resources, request.replicas, request.gpu_class, request.selectors)
-    demand = scaled(request.resources, request.replicas)
-    demand[STEP_RUN] = request.resources.get(STEP_RUN, 1)
+Derived = tuple[Vector, Shape]
+
+
+def derived(request: Request, cache: dict[tuple[object, ...], Derived]) -> Derived:
+    """Demand and device shape, shared by every request of the same resources and constraints (there
+    are a handful of shapes in a queue of thousands)."""
+    key = (tuple(request.resources.items()), request.replicas, request.gpu_class, tuple(request.selectors.items()))
+    found = cache.get(key)
+    if found is None:
+        shape = shape_of(request.resources, request.replicas, request.gpu_class, request.selectors)
+        demand = scaled(request.resources, request.replicas)
+        demand[STEP_RUN] = request.resources.get(STEP_RUN, 1)
+        found = cache[key] = (demand, shape)
+    return found
+
+
+def view_of(request: Request, group: RequestGroup, cache: dict[tuple[object, ...], Derived]) -> RequestView:
+    demand, shape = derived(request, cache)
     return RequestView(
-        request=request,
-        id=request.id,
-        subject=request.subject,
-        demand=demand,
-        shape=shape,
-        preemptible=request.preemptible,
-        priority=request.priority,
-        submitted_ts=request.submitted_at.timestamp(),
-        group=RequestGroup(),
+        request,
+        request.id,
+        request.subject,
+        demand,
+        shape,
+        request.preemptible,
+        request.priority,
+        request.submitted_at.timestamp(),
+        group,
     )

@@ -7,9 +7,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 
 from respools.model import Form, Lease, PolicySpec, PoolSpec, RequestState, ReservationSpec
-from respools.scheduling.placement import DeviceMap, Shape, possible_on_empty
+from respools.scheduling.placement import DeviceMap, Held, Shape, never_fits, possible_on_empty
 from respools.scheduling.validation import pool_capacity
 from respools.scheduling.vectors import Vector, add_into
 
@@ -28,6 +29,8 @@ class LeaseView:
     preempting: bool
     preempted_for: str | None
     lease: Lease
+    held: Held = ()
+    """The lease's devices resolved on its pool's map (empty on pools without an inventory)."""
 
 
 @dataclass(slots=True)
@@ -46,6 +49,10 @@ class SubjectQuota:
     """Usage of leases already told to go (preempting), which still hold their capacity."""
     incoming: Vector = field(default_factory=dict)
     """Demand of waiters that preempted and hold capacity, not yet granted."""
+    version: int = 0
+    """Bumped whenever the cycle changes this standing; what is derived from it is cached until then."""
+    victims: tuple[int, object] | None = None
+    """Preemption planning's view of these leases, with the version it was taken at."""
 
     def effective(self) -> Vector:
         """Usage once every preemption under way has completed: what fairness is judged on, so that
@@ -94,20 +101,46 @@ class PoolState:
     devices: DeviceMap | None
     windows: dict[str, list[Window]]
     """Reservations per subject that have not ended yet."""
+    preempting: list[LeaseView] = field(default_factory=list)
+    """Leases that were preempting when the cycle began (their waiters are nominated here)."""
+    version: int = 0
+    """Bumped whenever the cycle changes this pool's accounting (a grant, a preemption, a hold), so
+    that what was derived from it can be cached until then (see ``preemption``)."""
+    derived: dict[object, object] = field(default_factory=dict)
+    derived_version: int = 0
     never_fits: dict[Shape, str | None] = field(default_factory=dict)
+    never_eligible: dict[tuple[object, ...], str | None] = field(default_factory=dict)
+    """Per request shape, what rules it out on this pool whoever asks (cached per cycle)."""
     """Per device shape, why it could not be placed even on the empty inventory (cached per cycle)."""
     _empty: DeviceMap | None = None
 
     def placement_impossible(self, shape: Shape) -> str | None:
         if shape not in self.never_fits:
-            if self._empty is None:
-                self._empty = DeviceMap(self.spec)
-            self.never_fits[shape] = possible_on_empty(self._empty, shape)
+            quick = self.devices.fits_when_empty(shape) if self.devices is not None else None
+            if quick is None:  # constrained: try it on a map of the empty inventory
+                if self._empty is None:
+                    self._empty = DeviceMap(self.spec)
+                self.never_fits[shape] = possible_on_empty(self._empty, shape)
+            else:
+                self.never_fits[shape] = None if quick or not shape.needs_devices else never_fits(shape)
         return self.never_fits[shape]
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def changed(self, *quotas: SubjectQuota) -> None:
+        """Record that the cycle changed this pool's accounting, and these subjects' standing in it."""
+        self.version += 1
+        for quota in quotas:
+            quota.version += 1
+
+    def cache(self) -> dict[object, object]:
+        """A memo that lives as long as the pool's accounting does not change."""
+        if self.derived_version != self.version:
+            self.derived.clear()
+            self.derived_version = self.version
+        return self.derived
 
 
 def build_pools(
@@ -152,33 +185,41 @@ def build_pools(
         quota = _quota(state, reservation.subject)
         if start <= now_ts:
             add_into(quota.reserved, reservation.resources)
-    for lease in sorted(leases, key=lambda lease: lease.id):
-        state = states.get(lease.pool)
+    # Fields are read through ``__dict__``: a snapshot holds thousands of leases, and pydantic's
+    # attribute access costs several times more than a dict lookup.
+    for lease in sorted(leases, key=attrgetter("id")):
+        fields = lease.__dict__
+        state = states.get(fields["pool"])
         if state is None:
             continue
-        quota = _quota(state, lease.subject)
-        add_into(quota.usage, lease.resources)
-        if lease.state == RequestState.PREEMPTING:
-            add_into(quota.leaving, lease.resources)
-        for key, amount in lease.resources.items():
-            if key in state.free:
-                state.free[key] -= amount
-        quota.leases.append(
-            LeaseView(
-                id=lease.id,
-                subject=lease.subject,
-                resources=lease.resources,
-                borrowed=lease.borrowed,
-                priority=lease.priority,
-                preemptible=lease.preemptible,
-                granted_ts=lease.granted_at.timestamp(),
-                preempting=lease.state == RequestState.PREEMPTING,
-                preempted_for=lease.preempted_for,
-                lease=lease,
-            )
+        subject, resources = fields["subject"], fields["resources"]
+        preempting = fields["state"] == RequestState.PREEMPTING
+        quota = state.quotas.get(subject) or _quota(state, subject)
+        usage, free = quota.usage, state.free
+        for key, amount in resources.items():
+            usage[key] = usage.get(key, 0) + amount
+            if key in free:
+                free[key] -= amount
+        if preempting:
+            add_into(quota.leaving, resources)
+        view = LeaseView(
+            fields["id"],
+            subject,
+            resources,
+            fields["borrowed"],
+            fields["priority"],
+            fields["preemptible"],
+            fields["granted_at"].timestamp(),
+            preempting,
+            fields["preempted_for"],
+            lease,
         )
+        quota.leases.append(view)
+        if preempting:
+            state.preempting.append(view)
         if state.devices is not None:
-            state.devices.occupy(lease.placement)
+            view.held = state.devices.resolve(fields["placement"])
+            state.devices.apply(view.held)
     return states
 
 

@@ -19,4 +19,7 @@ def scaled(vector: Mapping[str, int], factor: int) -> Vector:
 
 def dominates(big: Mapping[str, int], small: Mapping[str, int]) -> bool:
     """Whether ``big`` asks for at least as much as ``small`` on every key of ``small``."""
-    return all(big.get(k, 0) >= v for k, v in small.items())
+    for key, amount in small.items():  # a loop, not all(genexpr): called once per group and failure
+        if big.get(key, 0) < amount:
+            return False
+    return True
