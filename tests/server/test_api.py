@@ -28,6 +28,8 @@ def test_lease_lifecycle(api: Api) -> None:
     world = api.world()
     request = api.submit(world.token, resources={"gpu": 6}, preemptible=True, labels={"step": "train"})
     assert request["state"] == "granted", request
+    # the long-poll answers from the state the reconciler handed over: it must be the stored one
+    assert request == api.ok("GET", f"/v1/requests/{request['id']}", world.token)
     lease = api.ok("GET", f"/v1/leases/{request['lease_id']}", world.token)
     assert lease["resources"]["gpu"] == 6 and lease["borrowed"] == {"gpu": 2}
     assert lease["state"] == "granted" and lease["labels"] == {"step": "train"}
@@ -38,6 +40,7 @@ def test_lease_lifecycle(api: Api) -> None:
 
     released = api.ok("POST", f"/v1/leases/{lease['id']}/release", world.token)
     assert released["state"] == "released" and released["released_at"] is not None
+    assert released == api.ok("GET", f"/v1/leases/{lease['id']}", world.token), "the answer is the stored lease"
     assert api.ok("GET", f"/v1/requests/{request['id']}", world.token)["state"] == "released"
     again = api.ok("POST", f"/v1/leases/{lease['id']}/release", world.token)
     assert again["state"] == "released", "release is idempotent"
@@ -121,7 +124,8 @@ def test_preemption_requeues_with_the_original_position(api: Api) -> None:
     beat = api.ok("POST", f"/v1/leases/{victims[0]['id']}/heartbeat", world.token)
     assert beat["state"] == "preempting" and beat["preempt_reason"] in {"priority", "reclaim"}
 
-    api.ok("POST", f"/v1/leases/{victims[0]['id']}/release", world.token)
+    ended = api.ok("POST", f"/v1/leases/{victims[0]['id']}/release", world.token)
+    assert ended["state"] == "preempted" and ended == api.ok("GET", f"/v1/leases/{victims[0]['id']}", world.token)
     assert api.wait_state(prod, waiter["id"], "pending")["state"] == "granted"
     requeued = api.ok("GET", f"/v1/requests/{victims[0]['request_id']}", world.token)
     original = next(h for h in held if h["id"] == requeued["id"])

@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from respools.model import Request
+
 log = logging.getLogger(__name__)
 
 CHANNEL = "respools"
@@ -36,11 +38,17 @@ class Changes:
     """Cached topics to reload: ``definitions`` or ``tokens``."""
     resync: bool = False
     """Notifications may have been lost (listener reconnected): everyone re-reads."""
+    settled: dict[str, Request] = field(default_factory=dict)
+    """The committed state of some of ``requests`` (those a reconciler cycle granted), so that this
+    process's long-polls answer without reading them again. Never sent to other replicas: theirs re-read."""
 
     def __bool__(self) -> bool:
         return bool(self.requests or self.wake or self.events or self.config or self.resync)
 
     def merge(self, other: Changes) -> None:
+        for request_id in other.requests - other.settled.keys():
+            self.settled.pop(request_id, None)  # changed again since: what was settled is stale
+        self.settled.update(other.settled)
         self.requests |= other.requests
         self.wake |= other.wake
         self.events |= other.events

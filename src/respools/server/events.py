@@ -59,15 +59,18 @@ def append(tx: Tx, rows: Sequence[dict[str, Any]], *, sequencer: bool = False) -
         tx.changes.wake = True  # the leader sequences the outbox in its next cycle
 
 
+_COLUMN_LIST = ", ".join(_COLUMNS)
+_DRAIN_OUTBOX = sa.text(
+    f"WITH moved AS (DELETE FROM event_outbox RETURNING id, {_COLUMN_LIST}) "
+    f"INSERT INTO events ({_COLUMN_LIST}) SELECT {_COLUMN_LIST} FROM moved ORDER BY id"
+)
+"""Built once: every cycle runs it, and parsing and cache-keying a fresh text clause cost more CPU
+than PostgreSQL spends on an empty outbox."""
+
+
 def drain_outbox(tx: Tx) -> int:
     """Move outbox rows into the log, in outbox order (leader only, PostgreSQL)."""
-    cols = ", ".join(_COLUMNS)
-    result = tx.conn.execute(
-        sa.text(
-            f"WITH moved AS (DELETE FROM event_outbox RETURNING id, {cols}) "
-            f"INSERT INTO events ({cols}) SELECT {cols} FROM moved ORDER BY id"
-        )
-    )
+    result = tx.conn.execute(_DRAIN_OUTBOX)
     moved = result.rowcount or 0
     if moved:
         tx.changes.events = True

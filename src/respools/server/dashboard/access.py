@@ -22,7 +22,7 @@ from respools.server.errors import ApiError, forbidden
 CSRF_HEADER = "X-CSRF-Token"
 
 
-def dashboard_of(request: Request) -> Dashboard:
+async def dashboard_of(request: Request) -> Dashboard:  # async: FastAPI runs a def dependency on a thread
     dashboard: Dashboard | None = getattr(request.app.state, "dashboard", None)
     if dashboard is None:
         raise ApiError(503, "the dashboard is starting; try again in a moment")

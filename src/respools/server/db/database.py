@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from respools.server.changes import ChangeBus, Changes
-from respools.server.db.engine import postgres_engine, sqlite_engine
+from respools.server.db.engine import LAZY_COMMIT, postgres_engine, sqlite_engine
 from respools.server.db.notifier import Notifier
 from respools.server.settings import Settings
 
@@ -99,11 +99,12 @@ class Database:
         relies on such a change being lost: the grant's own durable commit flushes all WAL before it."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                with self._serialized(), self.write_engine.connect() as conn, conn.begin():
+                with self._serialized(), self.write_engine.connect() as conn:
                     if not durable and self.is_postgres:
-                        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
-                    tx = Tx(conn=conn, now=utcnow(), is_postgres=self.is_postgres)
-                    result = work(tx)
+                        conn.execution_options(**{LAZY_COMMIT: True})  # see engine._begin_in_one_round_trip
+                    with conn.begin():
+                        tx = Tx(conn=conn, now=utcnow(), is_postgres=self.is_postgres)
+                        result = work(tx)
                 self.announce(tx.changes)
                 return result
             except DBAPIError as exc:

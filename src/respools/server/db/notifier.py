@@ -13,27 +13,34 @@ from __future__ import annotations
 import logging
 import threading
 
-import sqlalchemy as sa
+import psycopg
 
 from respools.server.changes import CHANNEL, Changes, encode
-from respools.server.db.engine import postgres_single_engine
+from respools.server.db.engine import libpq_url
 
 log = logging.getLogger(__name__)
 
+_NOTIFY = "SELECT pg_notify(%s, %s)"
 
-def notify(conn: sa.Connection, changes: Changes) -> None:
-    """Send ``changes`` as NOTIFY messages on ``conn`` (delivered when its transaction commits)."""
+
+def notify(conn: psycopg.Connection, changes: Changes) -> None:
+    """Send ``changes`` as NOTIFY messages on ``conn`` (an autocommit connection: sent at once).
+
+    A plain psycopg connection, not SQLAlchemy: this runs after nearly every commit, and building and
+    compiling a statement per call cost more than the notification itself."""
     payloads = encode(changes)
-    calls = ", ".join(f"pg_notify(:channel, :p{i})" for i in range(len(payloads)))
-    params: dict[str, str] = {"channel": CHANNEL} | {f"p{i}": p for i, p in enumerate(payloads)}
-    conn.execute(sa.text(f"SELECT {calls}"), params)
+    if len(payloads) == 1:
+        conn.execute(_NOTIFY, (CHANNEL, payloads[0]))
+        return
+    with conn.cursor() as cursor:
+        cursor.executemany(_NOTIFY, [(CHANNEL, payload) for payload in payloads])
 
 
 class Notifier:
     """A thread that sends what :meth:`send` hands it, merged, one notification at a time."""
 
     def __init__(self, url: str) -> None:
-        self._engine = postgres_single_engine(url, "respools-notifier")
+        self._conninfo = libpq_url(url)
         self._pending = Changes()
         self._ready = threading.Condition()
         self._closed = False
@@ -53,7 +60,6 @@ class Notifier:
             self._closed = True
             self._ready.notify()
         self._thread.join(timeout)
-        self._engine.dispose()
 
     def _take(self) -> Changes | None:
         with self._ready:
@@ -64,19 +70,30 @@ class Notifier:
             taken, self._pending = self._pending, Changes()
             return taken
 
+    def _connect(self) -> psycopg.Connection:
+        return psycopg.connect(
+            self._conninfo,
+            autocommit=True,
+            application_name="respools-notifier",
+            options="-c synchronous_commit=off",
+            keepalives=1,
+            keepalives_idle=5,
+            keepalives_interval=2,
+            keepalives_count=3,
+        )
+
     def _run(self) -> None:
-        conn: sa.Connection | None = None
+        conn: psycopg.Connection | None = None
         while (changes := self._take()) is not None:
             try:
                 if conn is None:
-                    conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-                    conn.exec_driver_sql("SET synchronous_commit TO OFF")
+                    conn = self._connect()
                 notify(conn, changes)
-            except sa.exc.DBAPIError as exc:
+            except psycopg.Error as exc:
                 # Lost: the other replicas catch up on their next tick, and long-polls re-read then.
-                log.warning("could not notify other replicas (%s); they catch up on their next tick", exc.orig)
+                log.warning("could not notify other replicas (%s); they catch up on their next tick", exc)
                 if conn is not None:
-                    conn.invalidate()
+                    conn.close()
                     conn = None
         if conn is not None:
             conn.close()

@@ -29,7 +29,17 @@ REQUEST_BY_ID_LOCKED = REQUEST_BY_ID.with_for_update()
 REQUEST_BY_KEY = sa.select(REQUESTS).where(
     REQUESTS.c.subject == sa.bindparam("k_subject"), REQUESTS.c.idempotency_key == sa.bindparam("k_key")
 )
-INSERT_REQUEST = sa.insert(REQUESTS)
+_SUBMITTED = ("id", "subject", "idempotency_key", "state", "spec", "submitted_at", "queued_at", "attempt", "updated_at")
+_SUBJECT_EXISTS = sa.exists().where(SUBJECTS.c.name == sa.bindparam("subject"))
+INSERT_REQUEST_OF_SUBJECT = (
+    sa.insert(REQUESTS)
+    .from_select(
+        _SUBMITTED, sa.select(*(sa.bindparam(c, type_=REQUESTS.c[c].type) for c in _SUBMITTED)).where(_SUBJECT_EXISTS)
+    )
+    .execution_options(preserve_rowcount=True)  # SQLAlchemy counts an INSERT's rows only when asked
+)
+"""Queue a request, in the same statement checking that its subject exists: no row is inserted (rowcount
+0) when it does not. Parameters: the column values, by column name."""
 PENDING_REQUESTS = sa.select(REQUESTS).where(sa.text(PENDING_SQL)).order_by(REQUESTS.c.submitted_at)
 
 LEASE_BY_ID = sa.select(LEASES).where(LEASES.c.id == sa.bindparam("k_id"))

@@ -93,13 +93,18 @@ def release_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
         require_owner(principal, lease.subject, f"lease {lease_id}")
         if lease.state.value not in LIVE:
             return lease
-        request = tx.conn.execute(REQUEST_BY_ID_LOCKED, {"k_id": lease.request_id}).mappings().one()
         if lease.state == RequestState.PREEMPTING:
+            # Requeuing needs the request's attempt and spec (locked after the lease, as cancel does).
+            request = tx.conn.execute(REQUEST_BY_ID_LOCKED, {"k_id": lease.request_id}).mappings().one()
             events = complete_preemption(tx, lease, request, "released by its holder")
+            ended = RequestState.PREEMPTED
         else:
             events = release(tx, lease, "released by its holder")
+            ended = RequestState.RELEASED
         append(tx, events)
-        return lease_of(tx.conn.execute(LEASE_BY_ID, {"k_id": lease_id}).mappings().one())
+        # The lease row now differs from the one read above only by what was just written: answer
+        # from that rather than reading it again.
+        return lease.model_copy(update={"state": ended, "released_at": tx.now})
 
     return db.write(work, durable=False)
 

@@ -13,7 +13,7 @@ from respools.server.auth import require_owner, require_writer
 from respools.server.codec import request_of, request_spec_document
 from respools.server.db.database import Database, Tx
 from respools.server.db.statements import (
-    INSERT_REQUEST,
+    INSERT_REQUEST_OF_SUBJECT,
     LEASE_BY_ID_LOCKED,
     REQUEST_BY_ID,
     REQUEST_BY_ID_LOCKED,
@@ -24,7 +24,6 @@ from respools.server.definitions import DefinitionsCache
 from respools.server.errors import conflict, forbidden, invalid, not_found
 from respools.server.events import append, event_row
 from respools.server.lifecycle import LIVE, update_lease, update_request
-from respools.server.ops.subjects import subject_exists
 from respools.server.schemas import Principal
 
 
@@ -99,8 +98,6 @@ def submit(
             row = _existing(tx.conn, subject, key)
             if row is not None:
                 return _replay(row, spec), False
-        if not subject_exists(tx, subject):
-            raise invalid(f"subject {subject!r} does not exist: ask an admin to create it", "subject")
         values = {
             "id": new_id,
             "subject": subject,
@@ -112,7 +109,8 @@ def submit(
             "attempt": 0,
             "updated_at": tx.now,
         }
-        tx.conn.execute(INSERT_REQUEST, values)
+        if tx.conn.execute(INSERT_REQUEST_OF_SUBJECT, values).rowcount == 0:
+            raise invalid(f"subject {subject!r} does not exist: ask an admin to create it", "subject")
         append(
             tx,
             [

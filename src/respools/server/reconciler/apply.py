@@ -158,6 +158,16 @@ def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcom
         )
         outcome.grants.append((grant, (now - cycle.queued_at[request.id]).total_seconds()))
         tx.changes.requests.add(request.id)
+        tx.changes.settled[request.id] = request.model_copy(
+            update={
+                "state": RequestState.GRANTED,
+                "lease_id": lease_id,
+                "reason": None,
+                "wait_reason": None,
+                "queue_position": None,
+                "nominated_pool": None,
+            }
+        )
     tx.conn.execute(INSERT_LEASE, lease_rows)
     bulk_update(tx, REQUESTS, request_rows)
 

@@ -28,11 +28,12 @@ class CycleInput:
 
 
 def load_snapshot(conn: sa.Connection, definitions: Definitions, now: datetime) -> CycleInput:
-    leases = [lease_of(row) for row in conn.execute(LIVE_LEASES).mappings()]
+    # all(): one fetchall per query; iterating a result fetches its rows one driver call at a time
+    leases = [lease_of(row) for row in conn.execute(LIVE_LEASES).mappings().all()]
     queued_at: dict[str, datetime] = {}
     wait_pool: dict[str, str | None] = {}
     requests = []
-    for row in conn.execute(PENDING_REQUESTS).mappings():
+    for row in conn.execute(PENDING_REQUESTS).mappings().all():
         request = request_of(row)
         requests.append(request)
         queued_at[request.id] = row["queued_at"]

@@ -28,7 +28,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
+    """``async`` although it awaits nothing: FastAPI runs a plain ``def`` dependency on the thread pool,
+    which cost every request a round trip through a worker thread."""
     services: Services = request.app.state.services
     return services
 

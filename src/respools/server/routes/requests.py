@@ -40,17 +40,27 @@ async def _until_changed(
     services: Services, changed: asyncio.Event, request: Request, target: RequestState, timeout: float
 ) -> Request:
     """Re-read ``request`` whenever it is said to have changed, until its state leaves ``target`` or
-    ``timeout`` passes. The caller registered ``changed`` before its first read."""
+    ``timeout`` passes. The caller registered ``changed`` before its first read.
+
+    A change that came with the request's new state (a grant by this process's reconciler) is answered
+    from that state without reading the store again."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     request_id = request.id
+    watch = _watch(services)
     while request.state == target:
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
+        settled = None
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_S))
+            async with asyncio.timeout(min(remaining, RECHECK_S)):  # no task per wait, unlike wait_for
+                await changed.wait()
+            settled = watch.settled(request_id)
         changed.clear()
+        if settled is not None and settled.state != target:
+            request = settled
+            continue
         fresh = await run_in_threadpool(services.db.read, lambda conn: requests.fetch(conn, request_id))
         if fresh is None:
             raise not_found("request", request_id, "request_id")
