@@ -1,0 +1,80 @@
+"""Instructions of one scheduling cycle, counted by valgrind: a figure that does not move with the load
+on the machine, for comparing two versions of the core where wall time is too noisy to tell.
+
+It builds one size of ``benchmarks/scheduling.py`` (the largest by default), saves both snapshots, then
+runs the core under ``valgrind --tool=cachegrind`` once with one cycle and once with two; the
+difference is one cycle. Needs valgrind on PATH; takes a minute or two.
+
+    python benchmarks/cycle_instructions.py            # a table
+    python benchmarks/cycle_instructions.py --json     # {"steady_minstr": ..., "arrival_minstr": ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from scheduling import SIZES, build  # the sibling benchmark: run this as a script from anywhere
+
+_VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+_CHILD = """
+import pickle, sys
+from respools.scheduling import schedule
+snapshots = pickle.load(open(sys.argv[1], "rb"))
+for _ in range(int(sys.argv[3])):
+    schedule(snapshots[sys.argv[2]])
+"""
+
+
+def _instructions(snapshots: Path, which: str, cycles: int) -> int:
+    out = subprocess.run(
+        [*_VALGRIND, sys.executable, "-c", _CHILD, str(snapshots), which, str(cycles)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ | {"PYTHONHASHSEED": "0"},  # the same dict layouts in every run
+    )
+    found = re.search(r"I\s+refs:\s+([\d,]+)", out.stderr)
+    if found is None:
+        raise RuntimeError(f"valgrind printed no instruction count:\n{out.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print one JSON object of the figures")
+    parser.add_argument("--size", type=int, default=len(SIZES) - 1, help="index into scheduling.SIZES")
+    args = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("valgrind is not on PATH (Debian: apt-get install valgrind)")
+    size = SIZES[args.size]
+    arrival, steady, _ = build(size)
+    figures: dict[str, float | str] = {"size": size.label}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "snapshots.pickle"
+        path.write_bytes(pickle.dumps({"steady": steady, "arrival": arrival}))
+        for which in ("steady", "arrival"):
+            one, two = _instructions(path, which, 1), _instructions(path, which, 2)
+            figures[f"{which}_minstr"] = round((two - one) / 1e6, 1)
+    if args.json:
+        print(json.dumps(figures))
+        return
+    table = Table(title=f"Instructions of one scheduling cycle, millions ({size.label})")
+    for column in ("steady state", "arrival (preemption storm)"):
+        table.add_column(column, justify="right")
+    table.add_row(f"{figures['steady_minstr']:,}", f"{figures['arrival_minstr']:,}")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
