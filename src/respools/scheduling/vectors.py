@@ -19,7 +19,7 @@ def scaled(vector: Mapping[str, int], factor: int) -> Vector:
 
 def dominates(big: Mapping[str, int], small: Mapping[str, int]) -> bool:
     """Whether ``big`` asks for at least as much as ``small`` on every key of ``small``."""
-    for key, amount in small.items():  # a loop, not all(genexpr): called once per group and failure
+    for key, amount in small.items():  # noqa: SIM110 (a loop: all(genexpr) costs twice as much here)
         if big.get(key, 0) < amount:
             return False
     return True
