@@ -4,6 +4,8 @@ when there is one (a grant by this process's reconciler) instead of reading the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from respools.model import Request, RequestState
@@ -42,7 +44,14 @@ def test_a_change_with_its_state_hands_it_over_and_one_without_withdraws_it() ->
         assert watch.settled("req_1") is None, "nothing is kept once nobody watches"
         assert watch.waiting == 0
 
-    asyncio.run(scenario())
+    _run_on_own_thread(scenario())
+
+
+def _run_on_own_thread(scenario: Coroutine[None, None, None]) -> None:
+    """``asyncio.run`` on a thread of its own: the dashboard tests' session-wide Playwright keeps an event
+    loop running on the main thread, where ``asyncio.run`` refuses to start another."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, scenario).result(timeout=30)
 
 
 def test_merging_changes_drops_a_state_that_a_later_change_made_stale() -> None:
