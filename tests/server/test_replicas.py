@@ -163,6 +163,8 @@ def replay(database: str, settled: bool = False) -> tuple[int, int]:
     traffic runs, a release may be committed with its event still in the outbox."""
     capacity = HOSTS * GPUS_PER_HOST * 1000
     with psycopg.connect(pg.libpq(database)) as conn:
+        # One snapshot for both reads: a grant committed between them would show its event without its lease.
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         leases = {
             row[0]: (row[1], [item["gpu_uuid"] for item in row[2]["items"]], row[3])
             for row in conn.execute("SELECT id, (resources->>'gpu')::int, placement, state FROM leases")
