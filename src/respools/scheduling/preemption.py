@@ -157,8 +157,8 @@ class _Trial:
 @dataclass(slots=True)
 class _Victims:
     """A subject's leases that may be taken, in victim order (lowest request priority first, then the
-    most recently granted), cached per pool until the pool's accounting changes: a long queue asks
-    for them once per failing group, and they rarely change within a cycle."""
+    most recently granted), cached on the subject's quota until its standing changes (``_victims``): a
+    long queue asks for them once per failing group, and they rarely change within a cycle."""
 
     effective: Vector
     leases: list[LeaseView]
@@ -234,7 +234,7 @@ class _Selection:
 def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection | None:
     """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
     priority or fair share; then the waiter's own leases of lower request priority."""
-    capacity, free, usage, limit, reserved = pool.capacity, pool.free, quota.usage, quota.limit, quota.reserved
+    capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
     short_keys = []
     within_limit = reclaim = True
     for k, a in rv.demand.items():
@@ -244,7 +244,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
         if free.get(k, 0) < a:
             short_keys.append(k)
         after = usage.get(k, 0) + a
-        if after > (limit.get(k, cap) if limit is not None else cap):
+        if after > quota.limit_of(k, cap):
             within_limit = False
         if after > reserved.get(k, 0):
             reclaim = False
