@@ -10,7 +10,7 @@ import threading
 import psycopg
 
 from respools.server.changes import CHANNEL, ORIGIN, ChangeBus, Changes, decode
-from respools.server.db.engine import libpq_url
+from respools.server.db.engine import SHORT_KEEPALIVES, libpq_url
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +40,7 @@ class PgListener:
                     self._conninfo,
                     autocommit=True,
                     application_name="respools-listener",
-                    keepalives=1,
-                    keepalives_idle=5,
-                    keepalives_interval=2,
-                    keepalives_count=3,
+                    **SHORT_KEEPALIVES,
                 ) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
                     self.connected.set()

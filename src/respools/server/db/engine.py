@@ -19,6 +19,13 @@ from sqlalchemy.pool import NullPool
 
 SQLITE_BUSY_TIMEOUT_MS = 15_000
 _PG_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+SHORT_KEEPALIVES: dict[str, Any] = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+"""For the long-lived connections (leader, listener, notifier): a dead peer is noticed within seconds."""
 
 
 def sqlite_engine(url: str, *, immediate: bool) -> sa.Engine:
@@ -99,13 +106,7 @@ def postgres_single_engine(url: str, application_name: str) -> sa.Engine:
     return sa.create_engine(
         url,
         poolclass=NullPool,
-        connect_args={
-            "application_name": application_name,
-            "keepalives": 1,
-            "keepalives_idle": 5,
-            "keepalives_interval": 2,
-            "keepalives_count": 3,
-        },
+        connect_args={"application_name": application_name, **SHORT_KEEPALIVES},
     )
 
 

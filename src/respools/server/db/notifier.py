@@ -16,7 +16,7 @@ import threading
 import psycopg
 
 from respools.server.changes import CHANNEL, Changes, encode
-from respools.server.db.engine import libpq_url
+from respools.server.db.engine import SHORT_KEEPALIVES, libpq_url
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +76,7 @@ class Notifier:
             autocommit=True,
             application_name="respools-notifier",
             options="-c synchronous_commit=off",
-            keepalives=1,
-            keepalives_idle=5,
-            keepalives_interval=2,
-            keepalives_count=3,
+            **SHORT_KEEPALIVES,
         )
 
     def _run(self) -> None:
