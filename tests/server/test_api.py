@@ -49,6 +49,22 @@ def test_lease_lifecycle(api: Api) -> None:
     wait_for(lambda: kinds(api, request_id=request["id"]) == ["submitted", "granted", "released"])
 
 
+def test_hot_answers_are_byte_for_byte_what_the_declared_model_gives(api: Api) -> None:
+    """Submit, heartbeat and release serialize their answers themselves (routes.answers); reading a lease
+    and listing requests still go through FastAPI's ``response_model``. One stored object, one reading."""
+    world = api.world()
+    submitted = api.call("POST", "/v1/requests?wait=5", world.token, json={"resources": {"gpu": 1}})
+    request = submitted.json()
+    assert submitted.headers["content-type"] == "application/json"
+    listed = api.call("GET", "/v1/requests", world.token).content
+    assert listed == b"[" + submitted.content + b"]"
+    assert submitted.content == api.call("GET", f"/v1/requests/{request['id']}", world.token).content
+    lease_path = f"/v1/leases/{request['lease_id']}"
+    for action in ("heartbeat", "release"):
+        answer = api.call("POST", f"{lease_path}/{action}", world.token)
+        assert answer.status_code == 200 and answer.content == api.call("GET", lease_path, world.token).content
+
+
 def test_idempotent_submit_returns_the_first_request(api: Api) -> None:
     world = api.world()
     first = api.call(

@@ -94,6 +94,12 @@ def complete_preemption(tx: Tx, lease: Lease, request: Mapping[Any, Any], how: s
 def release(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
     """End a granted or active lease normally: its request is done."""
     update_lease(tx, lease.id, state=RequestState.RELEASED.value, released_at=tx.now)
+    return released(tx, lease, how)
+
+
+def released(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
+    """What :func:`release` does after marking the lease, for a caller that marked it itself (in the
+    statement that also found it)."""
     update_request(tx, lease.request_id, state=RequestState.RELEASED.value, reason=None)
     tx.changes.wake = True
     return [_lease_event(tx, EventKind.RELEASED, lease, f"lease {lease.id} released: {how}")]

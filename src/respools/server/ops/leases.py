@@ -7,15 +7,21 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from respools.model import EventKind, Lease, PreemptReason, RequestState
-from respools.server.auth import require_owner, require_writer
+from respools.server.auth import require_owner, require_writer, visible_subject
 from respools.server.codec import lease_of
 from respools.server.db.database import Database, Tx
-from respools.server.db.statements import LEASE_BY_ID, LEASE_BY_ID_LOCKED, REQUEST_BY_ID_LOCKED
+from respools.server.db.statements import (
+    LEASE_BY_ID,
+    LEASE_BY_ID_LOCKED,
+    RELEASE_UNCONTESTED_LEASE,
+    RELEASE_UNCONTESTED_LEASE_OF_SUBJECT,
+    REQUEST_BY_ID_LOCKED,
+)
 from respools.server.db.tables import LEASES
 from respools.server.definitions import DefinitionsCache
 from respools.server.errors import conflict, invalid, not_found
 from respools.server.events import append, event_row
-from respools.server.lifecycle import LIVE, complete_preemption, release, update_lease, update_request
+from respools.server.lifecycle import LIVE, complete_preemption, release, released, update_lease, update_request
 from respools.server.schemas import OveruseReport, PreemptSpec, Principal
 
 DEFAULT_TTL_S = 60.0
@@ -89,6 +95,10 @@ def release_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
     require_writer(principal)
 
     def work(tx: Tx) -> Lease:
+        uncontested = _release_uncontested(tx, principal, lease_id)
+        if uncontested is not None:
+            append(tx, released(tx, uncontested, "released by its holder"))
+            return uncontested
         lease = _locked_lease(tx, lease_id)
         require_owner(principal, lease.subject, f"lease {lease_id}")
         if lease.state.value not in LIVE:
@@ -107,6 +117,19 @@ def release_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
         return lease.model_copy(update={"state": ended, "released_at": tx.now})
 
     return db.write(work, durable=False)
+
+
+def _release_uncontested(tx: Tx, principal: Principal, lease_id: str) -> Lease | None:
+    """The common release in one statement: the caller's own granted or active lease, marked released.
+    ``None`` leaves every other case (no such lease, another subject's, ended, preempting) to the path
+    that locks and reads the lease first, and answers each as it always has."""
+    subject = visible_subject(principal)
+    if subject is None:
+        row = tx.conn.execute(RELEASE_UNCONTESTED_LEASE, {"k_id": lease_id, "v_released_at": tx.now}).mappings().first()
+    else:
+        parameters = {"k_id": lease_id, "k_subject": subject, "v_released_at": tx.now}
+        row = tx.conn.execute(RELEASE_UNCONTESTED_LEASE_OF_SUBJECT, parameters).mappings().first()
+    return None if row is None else lease_of(row)
 
 
 def _give_notice(

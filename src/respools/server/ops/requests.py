@@ -124,7 +124,10 @@ def submit(
                 )
             ],
         )
-        tx.changes.requests.add(new_id)
+        # Not in ``changes.requests``: no long-poll can need this news. The only waiter a brand-new id
+        # has is the submitter, who answers from ``values``; whoever learns the id later reads the row
+        # after this commit. Announcing it only woke the submitter's own long-poll into re-reading a
+        # request it had just written (a thread hop and a query per submit).
         tx.changes.wake = True
         return request_of(values | _EMPTY_DECISION), True
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Response
 
 from respools.model import Lease, RequestState
 from respools.server.auth import visible_subject
 from respools.server.errors import forbidden
 from respools.server.ops import leases
+from respools.server.routes.answers import model_answer
 from respools.server.routes.deps import ERRORS, AdminAuth, Auth, ServicesDep
 from respools.server.schemas import OveruseReport, PreemptSpec
 
@@ -47,8 +48,8 @@ def get_lease(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
     description="The answer's `state` is `preempting` once the lease got notice; `preempt_deadline` says when "
     "it will be revoked. 409 when the lease has ended.",
 )
-def heartbeat(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
-    return leases.heartbeat(services.db, services.definitions, principal, lease_id)
+def heartbeat(lease_id: str, services: ServicesDep, principal: Auth) -> Response:
+    return model_answer(leases.heartbeat(services.db, services.definitions, principal, lease_id))
 
 
 @router.post(
@@ -58,8 +59,8 @@ def heartbeat(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
     description="Releasing a preempting lease completes the preemption and requeues the request while retries "
     "remain. Releasing an ended lease changes nothing.",
 )
-def release(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
-    return leases.release_lease(services.db, principal, lease_id)
+def release(lease_id: str, services: ServicesDep, principal: Auth) -> Response:
+    return model_answer(leases.release_lease(services.db, principal, lease_id))
 
 
 @router.post("/{lease_id}/preempt", response_model=Lease, summary="Preempt a lease (admin)")

@@ -13,6 +13,7 @@ from respools.model import Request, RequestSpec, RequestState
 from respools.server.auth import visible_subject
 from respools.server.errors import forbidden, invalid, not_found
 from respools.server.ops import requests
+from respools.server.routes.answers import model_answer
 from respools.server.routes.deps import ERRORS, Auth, ServicesDep
 from respools.server.schemas import Principal
 from respools.server.services import Services
@@ -91,22 +92,21 @@ async def submit(
     spec: RequestSpec,
     services: ServicesDep,
     principal: Auth,
-    response: Response,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     wait: Annotated[float, Query(ge=0, description="seconds to wait for a decision")] = 0,
-) -> Request:
+) -> Response:
     _timeout(services, wait, "wait")
     new_id = requests.new_request_id()
     with _watch(services).watch(new_id) as changed:  # watching before the insert: no change can slip by
         request, created = await run_in_threadpool(
             requests.submit, services.db, services.definitions, principal, spec, idempotency_key, new_id
         )
-        response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
         if wait > 0 and request.state == RequestState.PENDING:
             if created:
-                return await _until_changed(services, changed, request, RequestState.PENDING, wait)
-            return await wait_for_change(services, principal, request.id, RequestState.PENDING, wait)
-    return request
+                request = await _until_changed(services, changed, request, RequestState.PENDING, wait)
+            else:
+                request = await wait_for_change(services, principal, request.id, RequestState.PENDING, wait)
+    return model_answer(request, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
 @router.get("", response_model=list[Request], summary="List requests, newest first")
@@ -131,8 +131,8 @@ def list_requests(
 
 
 @router.get("/{request_id}", response_model=Request, summary="Get a request")
-def get_request(request_id: str, services: ServicesDep, principal: Auth) -> Request:
-    return requests.get_request(services.db, principal, request_id)
+def get_request(request_id: str, services: ServicesDep, principal: Auth) -> Response:
+    return model_answer(requests.get_request(services.db, principal, request_id))
 
 
 @router.get(
@@ -148,9 +148,9 @@ async def wait_request(
     principal: Auth,
     state: RequestState | None = None,
     timeout: Annotated[float, Query(ge=0)] = 30.0,
-) -> Request:
+) -> Response:
     _timeout(services, timeout, "timeout")
-    return await wait_for_change(services, principal, request_id, state, timeout)
+    return model_answer(await wait_for_change(services, principal, request_id, state, timeout))
 
 
 @router.post("/{request_id}/cancel", response_model=Request, summary="Cancel a request (releasing its lease)")
