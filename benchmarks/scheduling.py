@@ -151,7 +151,7 @@ def measure(size: Size, repeats: int) -> dict[str, float | int]:
         "waiting": len(steady.requests),
         "grants": len(decisions.grants),
         "preemptions": sum(len(p.lease_ids) for p in decisions.preemptions),
-        "waits": len(decisions.waits),
+        "waits": decisions.waiting,
     }
 
 

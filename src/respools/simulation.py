@@ -114,8 +114,9 @@ class Simulation:
                 lease.preempted_for = p.request_id
                 lease.preempt_deadline = self.now + timedelta(seconds=pools[p.pool].preemption_grace_s)
             self.requests[p.request_id].nominated_pool = p.pool
-        for w in d.waits:
-            self.requests[w.request_id].wait_reason = w.reason
+        for run in d.wait_runs:
+            for request_id in run.request_ids:
+                self.requests[request_id].wait_reason = run.reason
         for e in d.expiries:
             self.leases[e.lease_id].state = RequestState.EXPIRED
         for v in d.revocations:

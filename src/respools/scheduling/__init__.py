@@ -6,7 +6,7 @@ be honoured, each with the field at fault.
 
 from respools.scheduling.catalogue import MIG_PROFILES, gpu_class, mig_profiles_of
 from respools.scheduling.cycle import schedule
-from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, Wait
+from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, Wait, WaitRun
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.validation import (
     DefinitionError,
@@ -27,6 +27,7 @@ __all__ = [
     "Revoke",
     "Snapshot",
     "Wait",
+    "WaitRun",
     "check_policy",
     "check_pool",
     "check_reservation",

@@ -22,25 +22,21 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from itertools import repeat
-from operator import attrgetter
 
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
-from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, Wait
+from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, WaitRun
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.preemption import Plan, plan_preemption
-from respools.scheduling.requests import Derived, Eligibility, RequestGroup, RequestView, group_key, view_of
+from respools.scheduling.requests import Derived, Eligibility, RequestGroup, RequestView, bucketed, view_of
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools
 from respools.scheduling.vectors import add_into, dominates
 
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
 OrderKey = tuple[int, int, float, float, str]
-_SUBMISSION_ORDER = attrgetter("submitted_at", "id")
-"""Queue order within a group (same priority): oldest first, ties by id. A C-level key: queues are long."""
 Failure = tuple[tuple[object, ...], int, dict[str, int], Shortfall]
 """Signature, request priority, demand and shortfall of a request that could not be served."""
 
@@ -106,7 +102,7 @@ class _Cycle:
 
     # -- (3) eligibility ----------------------------------------------------------------------------
 
-    def _eligible(self, requests: Iterable[Request]) -> list[RequestView]:
+    def _eligible(self, requests: Sequence[Request]) -> list[RequestView]:
         """Group look-alike requests, classify each group once, reject the groups that fit nowhere.
         Returns one view per group (its first request), members in ``group.members``."""
         pools_of: dict[str, list[tuple[int, str]]] = {}
@@ -115,26 +111,14 @@ class _Cycle:
                 pools_of.setdefault(policy.subject, []).append((-policy.priority, policy.pool))
         for ranked in pools_of.values():
             ranked.sort()
-        # Oldest first, ties by id: the order inside a group. The store hands requests over in this
-        # order already, where sorting costs one pass; afterwards every bucket is in order as built.
-        ordered = sorted(requests, key=_SUBMISSION_ORDER)
-        # Ids are read here, in the order the requests sit in memory, not later group by group.
-        members: dict[tuple[object, ...], tuple[list[Request], list[str]]] = {}
-        for request in ordered:
-            key = group_key(request)
-            entry = members.get(key)
-            if entry is None:
-                members[key] = ([request], [request.id])
-            else:
-                entry[0].append(request)
-                entry[1].append(request.id)
+        members = bucketed(requests)
         heads: list[RequestView] = []
         classified: dict[tuple[object, ...], Eligibility] = {}
         shapes: dict[tuple[object, ...], Derived] = {}
         for key, (bucket, ids) in members.items():
             bucket.reverse()
             ids.reverse()
-            rv = view_of(bucket[-1], RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
+            rv = view_of(bucket[-1], key, RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
             # Eligibility does not depend on request priority or nomination: classify once for all.
             eligibility = classified.get(key[:4])
             if eligibility is None:
@@ -143,7 +127,7 @@ class _Cycle:
             if eligibility.rejection is None:
                 heads.append(rv)
             else:
-                self.decisions.rejects.extend(Reject(r.id, eligibility.rejection) for r in reversed(bucket))
+                self.decisions.rejects.extend(Reject(request_id, eligibility.rejection) for request_id in reversed(ids))
         heads.sort(key=lambda rv: (-rv.priority, rv.submitted_ts, rv.id))
         return heads
 
@@ -219,8 +203,11 @@ class _Cycle:
         queues: dict[str, _SubjectQueue] = {}
         for proto in groups:
             if proto.group.members:
-                queues.setdefault(proto.subject, _SubjectQueue()).add(proto)
-        heap: list[tuple[OrderKey, str]] = [(_order_key(q.head()), s) for s, q in queues.items()]
+                queue = queues.get(proto.subject)
+                if queue is None:
+                    queue = queues[proto.subject] = _SubjectQueue()
+                queue.add(proto)
+        heap: list[tuple[OrderKey, str]] = [(q.order_key(), s) for s, q in queues.items()]
         heapq.heapify(heap)
         while heap:
             _, subject = heapq.heappop(heap)
@@ -230,7 +217,7 @@ class _Cycle:
                 for proto in queue.settle(failure):
                     self._wait_all(proto)
             if queue:
-                heapq.heappush(heap, (_order_key(queue.head()), subject))
+                heapq.heappush(heap, (queue.order_key(), subject))
 
     def _serve(self, rv: RequestView) -> Failure | None:
         """Grant, preempt for, or fail ``rv``; a failure is returned so that its look-alikes share it."""
@@ -333,20 +320,16 @@ class _Cycle:
     def _wait_all(self, proto: RequestView) -> None:
         assert proto.group.failure is not None, "settled groups carry their failure"
         reason, message = proto.group.failure
-        pool = proto.candidates[0][0].name
         ids = proto.group.ids
         ids.reverse()
-        first = self.position + 1
+        self.decisions.wait_runs.append(WaitRun(ids, reason, message, self.position + 1, proto.candidates[0][0].name))
         self.position += len(ids)
-        self.decisions.waits.extend(
-            map(Wait, ids, repeat(reason), repeat(message), range(first, self.position + 1), repeat(pool))
-        )
         proto.group.members = []
         proto.group.ids = []
 
     def _wait(self, rv: RequestView, shortfall: Shortfall, pool: str | None) -> None:
         self.position += 1
-        self.decisions.waits.append(Wait(rv.id, shortfall[0], shortfall[1], self.position, pool))
+        self.decisions.wait_runs.append(WaitRun([rv.id], shortfall[0], shortfall[1], self.position, pool))
 
 
 class _SubjectQueue:
@@ -361,13 +344,22 @@ class _SubjectQueue:
     def add(self, proto: RequestView) -> None:
         key = id(proto.group)
         self._groups[key] = proto
-        self._by_signature.setdefault(proto.group.eligibility.signature, []).append(key)
+        signature = proto.group.eligibility.signature
+        keys = self._by_signature.get(signature)
+        if keys is None:
+            self._by_signature[signature] = [key]
+        else:
+            keys.append(key)
         self._push(key)
 
     def _push(self, key: int) -> None:
+        """Queue the group's next request by (request priority, submission time, id); the heap entry
+        keeps its time and id, so that ordering and taking it need not read the request again."""
         proto = self._groups[key]
-        request = proto.group.members[-1]
-        heapq.heappush(self._heads, (-proto.priority, request.submitted_at.timestamp(), request.id, key))
+        group = proto.group
+        request = group.members[-1]
+        submitted = proto.submitted_ts if request is proto.request else request.submitted_at.timestamp()
+        heapq.heappush(self._heads, (-proto.priority, submitted, group.ids[-1], key))
 
     def _drop_settled(self) -> None:
         """Settled groups leave their heads in the heap; they are dropped when they come up."""
@@ -379,16 +371,17 @@ class _SubjectQueue:
         self._drop_settled()
         return bool(self._heads)
 
-    def head(self) -> RequestView:
+    def order_key(self) -> OrderKey:
+        """Where the subject's next request stands among all subjects' (``_order_key``)."""
         self._drop_settled()
-        proto = self._groups[self._heads[0][3]]
-        return proto.sibling(proto.group.members[-1])
+        _, submitted, request_id, key = self._heads[0]
+        return _order_key(self._groups[key], submitted, request_id)
 
     def pop(self) -> RequestView:
         self._drop_settled()
-        key = heapq.heappop(self._heads)[3]
+        _, submitted, _, key = heapq.heappop(self._heads)
         proto = self._groups[key]
-        rv = proto.sibling(proto.group.members.pop())
+        rv = proto.sibling(proto.group.members.pop(), submitted)
         proto.group.ids.pop()
         if proto.group.members:
             self._push(key)
@@ -416,10 +409,11 @@ class _SubjectQueue:
         return doomed
 
 
-def _order_key(rv: RequestView) -> OrderKey:
+def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKey:
     """DESIGN §2.4 across subjects, judged on the request's first-choice pool: policy priority, then
     waiters within their reserved share, then borrowers by weighted dominant share after the grant,
-    then submission time."""
+    then submission time. ``rv`` is any request of the group (they share demand and pools); the
+    time and id are the request's own."""
     state, quota = rv.candidates[0]
     capacity = state.capacity
     dominant = 0.0
@@ -433,11 +427,11 @@ def _order_key(rv: RequestView) -> OrderKey:
             in_share = False
             dominant = max(dominant, borrowed / cap)
     if in_share:
-        return (-quota.priority, 0, 0.0, rv.submitted_ts, rv.id)
+        return (-quota.priority, 0, 0.0, submitted_ts, request_id)
     for key, cap in capacity.items():
         if key not in rv.demand:
             borrowed = quota.usage.get(key, 0) - quota.reserved.get(key, 0)
             if borrowed > 0:
                 dominant = max(dominant, borrowed / cap)
     share = math.inf if quota.weight == 0 else dominant / quota.weight
-    return (-quota.priority, 1, share, rv.submitted_ts, rv.id)
+    return (-quota.priority, 1, share, submitted_ts, request_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from respools.model import Placement, PreemptReason, Resources, WaitReason
@@ -38,13 +39,33 @@ class Preempt:
     message: str
 
 
-@dataclass(slots=True)  # not frozen: one per waiting request per cycle, and frozen init costs twice as much
+@dataclass(frozen=True, slots=True)
 class Wait:
     request_id: str
     reason: WaitReason
     message: str
     position: int
     pool: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitRun:
+    """Requests that wait for one reason at consecutive queue positions, the first at ``first_position``.
+
+    A long queue mostly waits in look-alike groups that fail together; one run per group, rather than
+    one object per request, keeps the cycle's output (and its consumers' work) proportional to the
+    groups, not the queue."""
+
+    request_ids: list[str]
+    reason: WaitReason
+    message: str
+    first_position: int
+    pool: str | None = None
+
+    def __iter__(self) -> Iterator[Wait]:
+        reason, message, pool = self.reason, self.message, self.pool
+        for position, request_id in enumerate(self.request_ids, self.first_position):
+            yield Wait(request_id, reason, message, position, pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +88,16 @@ class Decisions:
     grants: list[Grant] = field(default_factory=list)
     rejects: list[Reject] = field(default_factory=list)
     preemptions: list[Preempt] = field(default_factory=list)
-    waits: list[Wait] = field(default_factory=list)
+    wait_runs: list[WaitRun] = field(default_factory=list)
     expiries: list[Expire] = field(default_factory=list)
     revocations: list[Revoke] = field(default_factory=list)
+
+    @property
+    def waits(self) -> list[Wait]:
+        """Every waiting request, one object each: for readers that want them one by one (tests, the
+        simulation); the reconciler reads ``wait_runs``."""
+        return [wait for run in self.wait_runs for wait in run]
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(run.request_ids) for run in self.wait_runs)

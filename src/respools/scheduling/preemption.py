@@ -273,8 +273,8 @@ def _others(
     released: Vector = {}
     if not within_limit:
         return others, released
-    for other in pool.quotas.values():
-        if other is quota or not other.leases:
+    for other, leases, total in _borrowers(pool, short):
+        if other is quota:
             continue
         if reclaim:
             why = PreemptReason.RECLAIM
@@ -284,15 +284,34 @@ def _others(
             why = PreemptReason.FAIR_SHARE
         else:
             continue
-        victims = _victims(other)
-        borrowing = frozenset(k for k in short if victims.effective.get(k, 0) > other.reserved.get(k, 0))
-        if not borrowing:
-            continue
-        leases, total = victims.borrowing_on(borrowing)
-        if leases:
-            others.append((other, why, leases))
-            add_into(released, total)
+        others.append((other, why, leases))
+        add_into(released, total)
     return others, released
+
+
+Borrowers = list[tuple[SubjectQuota, list[LeaseView], Vector]]
+
+
+def _borrowers(pool: PoolState, short: frozenset[str]) -> Borrowers:
+    """The subjects that borrow on one of the ``short`` keys, with their leases that do and what those
+    hold: the same for every waiter that comes short on these keys until the pool changes, while which
+    of them a waiter may take depends on the waiter."""
+    cache = pool.cache()
+    found = cache.get((_borrowers, short))
+    if found is None:
+        borrowers: Borrowers = []
+        for other in pool.quotas.values():
+            if not other.leases:
+                continue
+            victims = _victims(other)
+            borrowing = frozenset(k for k in short if victims.effective.get(k, 0) > other.reserved.get(k, 0))
+            if not borrowing:
+                continue
+            leases, total = victims.borrowing_on(borrowing)
+            if leases:
+                borrowers.append((other, leases, total))
+        found = cache[(_borrowers, short)] = borrowers
+    return cast(Borrowers, found)
 
 
 def _fair(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Candidate]) -> bool:

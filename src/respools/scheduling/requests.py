@@ -7,8 +7,9 @@ subject, resources, constraints and candidate pools, and shared by reference.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 from respools.model import STEP_RUN, Request, WaitReason
 from respools.scheduling.placement import Shape, shape_of
@@ -58,8 +59,9 @@ class RequestView:
     def candidates(self) -> list[tuple[PoolState, SubjectQuota]]:
         return self.group.eligibility.candidates
 
-    def sibling(self, request: Request) -> RequestView:
-        """A view of a look-alike request sharing this one's derived data."""
+    def sibling(self, request: Request, submitted_ts: float | None = None) -> RequestView:
+        """A view of a look-alike request sharing this one's derived data (``submitted_ts`` when the
+        caller already has it)."""
         return RequestView(
             request,
             request.id,
@@ -68,57 +70,105 @@ class RequestView:
             self.shape,
             self.preemptible,
             self.priority,
-            request.submitted_at.timestamp(),
+            request.submitted_at.timestamp() if submitted_ts is None else submitted_ts,
             self.group,
         )
 
 
+GroupKey = tuple[
+    tuple[str, bool, int, str | None, float | None],  # subject, preemptible, replicas, gpu_class, max_runtime_s
+    tuple[tuple[str, int], ...],  # resources
+    tuple[tuple[str, str], ...],  # selectors, sorted
+    tuple[str, ...] | None,  # pools asked for
+    int,  # request priority
+    str | None,  # nominated pool
+]
+"""Everything but identity and submission time. The first four items are what eligibility depends on
+(request priority and the nominated pool follow), so ``key[:4]`` groups the groups that classify alike."""
+Buckets = dict[GroupKey, tuple[list[Request], list[str]]]
+"""Look-alike requests and their ids, each bucket oldest first (ties by id)."""
+
 _ELIGIBILITY_FIELDS = itemgetter("subject", "preemptible", "replicas", "gpu_class", "max_runtime_s")
+_SUBMISSION_ORDER = attrgetter("submitted_at", "id")
 
 
-def group_key(request: Request) -> tuple[object, ...]:
-    """Everything but identity and submission time. The first four items are what eligibility depends
-    on (request priority and the nominated pool follow), so ``key[:4]`` groups the groups that classify
-    alike. Read through ``__dict__`` in one C-level call: the key is taken once per waiting request per
-    cycle, and pydantic's attribute access costs several times more."""
-    fields = request.__dict__
-    selectors, pools = fields["selectors"], fields["pools"]
-    return (
-        _ELIGIBILITY_FIELDS(fields),
-        tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
-        tuple(sorted(selectors.items())) if selectors else (),
-        tuple(pools) if pools is not None else None,
-        fields["priority"],
-        fields["nominated_pool"],
-    )
+def bucketed(requests: Sequence[Request]) -> Buckets:
+    """Look-alike requests bucketed in queue order. The store hands the queue over in that order, which
+    one pass confirms while it buckets; a queue out of order is sorted and bucketed again."""
+    buckets = _bucket(requests)
+    if buckets is None:
+        buckets = _bucket(sorted(requests, key=_SUBMISSION_ORDER))
+        assert buckets is not None, "a sorted queue is in order"
+    return buckets
+
+
+def _bucket(requests: Sequence[Request]) -> Buckets | None:
+    """Buckets in the given order, or None as soon as that order is not the queue's.
+
+    This loop runs once per waiting request per cycle, so it reads each request once, through
+    ``__dict__`` (pydantic's attribute access costs several times more), builds the key inline, and
+    reads ids here, in the order the requests sit in memory, not later bucket by bucket."""
+    buckets: Buckets = {}
+    if not requests:
+        return buckets
+    eligibility_fields = _ELIGIBILITY_FIELDS
+    last = requests[0].__dict__
+    for request in requests:
+        fields = request.__dict__
+        submitted = fields["submitted_at"]
+        if submitted <= last["submitted_at"] and (submitted < last["submitted_at"] or fields["id"] < last["id"]):
+            return None
+        last = fields
+        selectors, pools = fields["selectors"], fields["pools"]
+        key = (
+            eligibility_fields(fields),
+            tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
+            tuple(sorted(selectors.items())) if selectors else (),
+            tuple(pools) if pools is not None else None,
+            fields["priority"],
+            fields["nominated_pool"],
+        )
+        entry = buckets.get(key)
+        if entry is None:
+            buckets[key] = ([request], [fields["id"]])
+        else:
+            entry[0].append(request)
+            entry[1].append(fields["id"])
+    return buckets
 
 
 Derived = tuple[Vector, Shape]
 
 
-def derived(request: Request, cache: dict[tuple[object, ...], Derived]) -> Derived:
+def derived(request: Request, key: GroupKey, cache: dict[tuple[object, ...], Derived]) -> Derived:
     """Demand and device shape, shared by every request of the same resources and constraints (there
-    are a handful of shapes in a queue of thousands)."""
-    key = (tuple(request.resources.items()), request.replicas, request.gpu_class, tuple(request.selectors.items()))
-    found = cache.get(key)
+    are a handful of shapes in a queue of thousands); looked up by the parts of the group key that
+    they depend on."""
+    (_, _, replicas, gpu_class, _), resources, selectors = key[0], key[1], key[2]
+    found = cache.get((resources, replicas, gpu_class, selectors))
     if found is None:
-        shape = shape_of(request.resources, request.replicas, request.gpu_class, request.selectors)
-        demand = scaled(request.resources, request.replicas)
+        shape = shape_of(request.resources, replicas, gpu_class, request.selectors)
+        demand = scaled(request.resources, replicas)
         demand[STEP_RUN] = request.resources.get(STEP_RUN, 1)
-        found = cache[key] = (demand, shape)
+        found = cache[(resources, replicas, gpu_class, selectors)] = (demand, shape)
     return found
 
 
-def view_of(request: Request, group: RequestGroup, cache: dict[tuple[object, ...], Derived]) -> RequestView:
-    demand, shape = derived(request, cache)
+def view_of(
+    request: Request, key: GroupKey, group: RequestGroup, cache: dict[tuple[object, ...], Derived]
+) -> RequestView:
+    """The view of the request that stands for its group, ``key`` being the group's key."""
+    demand, shape = derived(request, key, cache)
+    fields = request.__dict__
+    (subject, preemptible, _, _, _), priority = key[0], key[4]
     return RequestView(
         request,
-        request.id,
-        request.subject,
+        fields["id"],
+        subject,
         demand,
         shape,
-        request.preemptible,
-        request.priority,
-        request.submitted_at.timestamp(),
+        preemptible,
+        priority,
+        fields["submitted_at"].timestamp(),
         group,
     )

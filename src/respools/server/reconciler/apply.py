@@ -271,25 +271,27 @@ def _record_waits(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: Cycl
     would otherwise rewrite every row on every cycle."""
     requests = {r.id: r for r in cycle.snapshot.requests}
     rows = []
-    for wait in decisions.waits:
-        request = requests.get(wait.request_id)
-        if request is None:
-            continue
-        if (
-            request.wait_reason == wait.reason
-            and request.reason == wait.message
-            and request.queue_position == wait.position
-            and cycle.wait_pool.get(wait.request_id) == wait.pool
-        ):
-            continue
-        rows.append(
-            {
-                "id": wait.request_id,
-                "wait_reason": wait.reason.value,
-                "reason": wait.message,
-                "queue_position": wait.position,
-                "wait_pool": wait.pool,
-            }
-        )
+    for run in decisions.wait_runs:
+        reason, message, pool = run.reason, run.message, run.pool
+        for position, request_id in enumerate(run.request_ids, run.first_position):
+            request = requests.get(request_id)
+            if request is None:
+                continue
+            if (
+                request.wait_reason == reason
+                and request.reason == message
+                and request.queue_position == position
+                and cycle.wait_pool.get(request_id) == pool
+            ):
+                continue
+            rows.append(
+                {
+                    "id": request_id,
+                    "wait_reason": reason.value,
+                    "reason": message,
+                    "queue_position": position,
+                    "wait_pool": pool,
+                }
+            )
     bulk_update(tx, REQUESTS, rows)
-    outcome.waiting = len(decisions.waits)
+    outcome.waiting = decisions.waiting
