@@ -194,14 +194,14 @@ def build_pools(
             continue
         subject, resources = fields["subject"], fields["resources"]
         preempting = fields["state"] == RequestState.PREEMPTING
-        quota = _quota(state, subject)
-        add_into(quota.usage, resources)
-        if preempting:
-            add_into(quota.leaving, resources)
-        free = state.free
+        quota = state.quotas.get(subject) or _quota(state, subject)
+        usage, free = quota.usage, state.free
         for key, amount in resources.items():
+            usage[key] = usage.get(key, 0) + amount
             if key in free:
                 free[key] -= amount
+        if preempting:
+            add_into(quota.leaving, resources)
         view = LeaseView(
             fields["id"],
             subject,
