@@ -5,15 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from respools.model import ErrorBody
 from respools.server.auth import require_admin, unauthenticated
 from respools.server.schemas import Principal
 from respools.server.services import Services
-
-_bearer = HTTPBearer(auto_error=False, description="a token from POST /v1/tokens (or the bootstrap admin token)")
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
@@ -38,20 +36,33 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def authenticate(
-    services: ServicesDep, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Principal:
-    if credentials is None or not credentials.credentials:
-        raise unauthenticated("send a bearer token: 'Authorization: Bearer <token>'")
-    token = credentials.credentials
-    principal = services.tokens.cached(token)
-    if principal is None:
-        principal = await run_in_threadpool(services.tokens.lookup, token)
-    if principal is None:
-        raise unauthenticated("this token is not known (revoked or mistyped): ask an admin for a token")
-    return principal
+class BearerPrincipal(HTTPBearer):
+    """The caller's principal, from its bearer token, as one dependency.
+
+    FastAPI solves every dependency of a request in turn, cached or not, each with its own parameter
+    matching: reading the token (``HTTPBearer``), then the services, then the principal cost every call
+    of the API three of those. This is FastAPI's ``HTTPBearer`` — the OpenAPI document declares the same
+    scheme — that goes on to resolve the principal itself."""
+
+    async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
+        credentials = await super().__call__(request)
+        if credentials is None or not credentials.credentials:
+            raise unauthenticated("send a bearer token: 'Authorization: Bearer <token>'")
+        token = credentials.credentials
+        services = await get_services(request)
+        principal = services.tokens.cached(token)
+        if principal is None:
+            principal = await run_in_threadpool(services.tokens.lookup, token)
+        if principal is None:
+            raise unauthenticated("this token is not known (revoked or mistyped): ask an admin for a token")
+        return principal
 
 
+authenticate = BearerPrincipal(
+    auto_error=False,
+    scheme_name=HTTPBearer.__name__,
+    description="a token from POST /v1/tokens (or the bootstrap admin token)",
+)
 Auth = Annotated[Principal, Depends(authenticate)]
 
 
