@@ -62,13 +62,20 @@ def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection:
     devices, shape = pool.devices, rv.shape
     if devices is None or not shape.needs_devices or _fits_now(pool, shape):
         return True
-    held = [lv.held for lv in selection.leases()]
-    devices.release_all(held)
-    try:
-        return devices.fits(shape, _where_to_look(shape, held))
-    finally:
-        for devices_of_lease in held:
-            devices.apply(devices_of_lease)
+    # A subject's look-alike groups ask again with the same selection and shape (one signature
+    # preemptible, one not): the answer holds until the pool changes.
+    cache = pool.cache()
+    key = (_could_fit, selection.key, shape)
+    fits = cache.get(key)
+    if fits is None:
+        held = [lv.held for lv in selection.leases()]
+        devices.release_all(held)
+        try:
+            fits = cache[key] = devices.fits(shape, _where_to_look(shape, held))
+        finally:
+            for devices_of_lease in held:
+                devices.apply(devices_of_lease)
+    return cast(bool, fits)
 
 
 def _fits_now(pool: PoolState, shape: Shape) -> bool:
@@ -213,6 +220,9 @@ class _Selection:
     own: list[LeaseView]
     released: Vector
     own_released: Vector
+    key: tuple[object, ...]
+    """What the selection was made from (the waiter's subject, its standing and its request priority):
+    within one state of the pool, equal keys select the same leases."""
 
     def leases(self) -> list[LeaseView]:
         return [lv for _, _, leases in self.others for lv in leases] + self.own
@@ -263,7 +273,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
         return None
     released = dict(others_release)
     add_into(released, own_released)
-    return _Selection(others, own, released, own_released)
+    return _Selection(others, own, released, own_released, (*key[1:], rv.priority))
 
 
 def _others(
