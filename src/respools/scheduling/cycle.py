@@ -120,9 +120,11 @@ class _Cycle:
             ids.reverse()
             rv = view_of(bucket[-1], key, RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
             # Eligibility does not depend on request priority or nomination: classify once for all.
-            eligibility = classified.get(key[:4])
+            eligible_alike = key[:4]
+            eligibility = classified.get(eligible_alike)
             if eligibility is None:
-                eligibility = classified[key[:4]] = self._classify(rv, [n for _, n in pools_of.get(rv.subject, [])])
+                names = [n for _, n in pools_of.get(rv.subject, [])]
+                eligibility = classified[eligible_alike] = self._classify(rv, names)
             rv.group.eligibility = eligibility
             if eligibility.rejection is None:
                 heads.append(rv)
@@ -179,7 +181,7 @@ class _Cycle:
             undecided = []
             for request in reversed(proto.group.members):
                 rv = proto.sibling(request)
-                if self._try_grant(state, quota, rv) is None:
+                if self._try_grant(state, quota, rv, explain=False) is None:
                     continue
                 victims = [lv for lv in in_flight.get(rv.id, []) if lv.lease.pool == state.name]
                 if not victims:

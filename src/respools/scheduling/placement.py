@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from respools.model import GPU, MILLI, Host, Placement, PlacementItem, PoolSpec, is_mig_key, mig_profile
@@ -90,6 +90,8 @@ class HostSlots:
 
 
 _ITEM_FIELDS = itemgetter("gpu_uuid", "mig_uuid", "milli", "memory_mb")
+_GPU_FIELDS = itemgetter("uuid", "index", "model", "memory_mb", "attributes", "mig_enabled", "mig_instances")
+_GPU_INDEX = attrgetter("index")
 
 Held = tuple[tuple[GpuSlot, HostSlots, int, int, str | None], ...]
 """A placement resolved against a map: per device its slot, host, milli, memory and MIG instance."""
@@ -108,19 +110,14 @@ class DeviceMap:
 
     def _host_slots(self, host: Host) -> HostSlots:
         slots = []
-        for gpu in sorted(host.gpus, key=lambda g: g.index):
-            slot = GpuSlot(
-                host=host.name,
-                uuid=gpu.uuid,
-                index=gpu.index,
-                model=gpu.model,
-                memory_mb=gpu.memory_mb,
-                attributes=gpu.attributes,
-                mig_enabled=gpu.mig_enabled,
-                mig_profile_of={m.uuid: m.profile for m in gpu.mig_instances},
-            )
+        name = host.name
+        for gpu in sorted(host.gpus, key=_GPU_INDEX):
+            # Read through ``__dict__``: every cycle maps every GPU of every pool again.
+            uuid, index, model, memory_mb, attributes, mig_enabled, migs = _GPU_FIELDS(gpu.__dict__)
+            profiles = {m.uuid: m.profile for m in migs} if migs else {}
+            slot = GpuSlot(name, uuid, index, model, memory_mb, attributes, mig_enabled, profiles)
             slots.append(slot)
-            self._by_uuid[gpu.uuid] = slot
+            self._by_uuid[uuid] = slot
         hs = HostSlots(host.name, host.labels, slots)
         for slot in slots:
             if slot.mig_enabled:
