@@ -23,11 +23,14 @@ def ineligibility(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str 
     """Why ``rv`` can never be granted on ``pool`` under ``quota``, or None if it may be."""
     cache = pool.never_eligible
     key = (rv.shape, tuple(rv.demand.items()))
-    if key in cache:
-        reason = cache[key]
-    else:
+    reason = cache.get(key, _UNKNOWN)
+    if reason is _UNKNOWN:
         reason = cache[key] = _pool_reason(pool, rv)
     return reason or _quota_reason(pool, quota, rv)
+
+
+_UNKNOWN = "not judged yet"
+"""``never_eligible``'s answer for a shape it has not seen (None there means eligible)."""
 
 
 def _pool_reason(pool: PoolState, rv: RequestView) -> str | None:
@@ -90,7 +93,8 @@ def _quota_reason(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str 
 
 def _reservable(pool: PoolState, subject: str, key: str) -> int:
     """The most a subject's reservations that have not ended can add to its reserved share."""
-    return max((w.resources.get(key, 0) for w in pool.windows.get(subject, [])), default=0)
+    windows = pool.windows.get(subject)
+    return max((w.resources.get(key, 0) for w in windows), default=0) if windows else 0
 
 
 def _forms_reason(pool: PoolState, resources: Mapping[str, int]) -> str | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from respools.model import STEP_RUN, Placement, WaitReason, format_resources
+from respools.model import GPU, MILLI, STEP_RUN, Placement, WaitReason
 from respools.scheduling.requests import RequestView
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota
 from respools.scheduling.vectors import Vector
@@ -119,4 +119,6 @@ def place(pool: PoolState, rv: RequestView) -> Placement | None:
 
 
 def _amount(key: str, value: int) -> str:
-    return format_resources({key: value}) if value else f"{key} 0"
+    """``format_resources({key: value})`` for one key (a wait reason is worded for every failing queue
+    head of every cycle), and ``key 0`` where that would say ``nothing``."""
+    return f"{key} {value / MILLI if key == GPU else value:g}" if value else f"{key} 0"

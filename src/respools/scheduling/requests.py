@@ -112,13 +112,14 @@ def _bucket(requests: Sequence[Request]) -> Buckets | None:
     if not requests:
         return buckets
     eligibility_fields = _ELIGIBILITY_FIELDS
-    last = requests[0].__dict__
+    first = requests[0].__dict__
+    last_submitted, last_id = first["submitted_at"], first["id"]
     for request in requests:
         fields = request.__dict__
-        submitted = fields["submitted_at"]
-        if submitted <= last["submitted_at"] and (submitted < last["submitted_at"] or fields["id"] < last["id"]):
+        submitted, request_id = fields["submitted_at"], fields["id"]
+        if submitted <= last_submitted and (submitted < last_submitted or request_id < last_id):
             return None
-        last = fields
+        last_submitted, last_id = submitted, request_id
         selectors, pools = fields["selectors"], fields["pools"]
         key = (
             eligibility_fields(fields),
@@ -130,10 +131,10 @@ def _bucket(requests: Sequence[Request]) -> Buckets | None:
         )
         entry = buckets.get(key)
         if entry is None:
-            buckets[key] = ([request], [fields["id"]])
+            buckets[key] = ([request], [request_id])
         else:
             entry[0].append(request)
-            entry[1].append(fields["id"])
+            entry[1].append(request_id)
     return buckets
 
 
