@@ -48,7 +48,7 @@ class Wait:
     pool: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per waiting group per cycle, and frozen init costs twice as much
 class WaitRun:
     """Requests that wait for one reason at consecutive queue positions, the first at ``first_position``.
 

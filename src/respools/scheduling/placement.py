@@ -264,6 +264,7 @@ class DeviceMap:
     def _place_on_host(self, host: HostSlots, shape: Shape) -> list[_Pick] | None:
         picks: list[_Pick] = []
         taken: set[str] = set()
+        any_gpu = shape.gpu_class is None and not shape.selectors  # every device matches: skip asking each
         if shape.whole:
             free = [
                 g
@@ -271,7 +272,7 @@ class DeviceMap:
                 if not g.mig_enabled
                 and g.used_milli == 0
                 and g.memory_mb >= shape.memory_mb
-                and self._matches(host, g, shape)
+                and (any_gpu or self._matches(host, g, shape))
             ]
             if len(free) < shape.whole:
                 return None
@@ -281,7 +282,7 @@ class DeviceMap:
         if shape.fraction:
             best: GpuSlot | None = None
             for g in host.gpus:
-                if g.mig_enabled or g.uuid in taken or not self._matches(host, g, shape):
+                if g.mig_enabled or g.uuid in taken or not (any_gpu or self._matches(host, g, shape)):
                     continue
                 if g.used_milli + shape.fraction > MILLI:
                     continue
@@ -299,7 +300,7 @@ class DeviceMap:
                 (
                     (len(free), g.index, g, free)
                     for g in host.gpus
-                    if g.mig_enabled and self._matches(host, g, shape)
+                    if g.mig_enabled and (any_gpu or self._matches(host, g, shape))
                     for free in [g.free_mig(profile)]
                     if free
                 ),
