@@ -172,7 +172,9 @@ class DeviceMap:
             slot.used_milli = after
             slot.used_memory += sign * memory
             host.free_whole += (after == 0) - (used == 0)
-            host.free_milli += max(0, MILLI - after) - max(0, MILLI - used)
+            # What is left of the GPU before and after, never below nothing (a hold may over-commit it);
+            # conditionals, not max(): this runs for every device of every lease a cycle takes or gives.
+            host.free_milli += (MILLI - after if after < MILLI else 0) - (MILLI - used if used < MILLI else 0)
 
     def release_all(self, held: Iterable[Held]) -> None:
         for devices in held:
