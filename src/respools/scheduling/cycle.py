@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
 from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, WaitRun
 from respools.scheduling.eligibility import ineligibility
-from respools.scheduling.fit import Shortfall, place, quota_miss, quota_shortfall, reservation_shortfall
+from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.preemption import Plan, plan_preemption
 from respools.scheduling.requests import Derived, Eligibility, RequestGroup, RequestView, bucketed, view_of
 from respools.scheduling.snapshot import Snapshot
@@ -181,7 +181,7 @@ class _Cycle:
             undecided = []
             for request in reversed(proto.group.members):
                 rv = proto.sibling(request)
-                if self._try_grant(state, quota, rv, explain=False) is None:
+                if self._try_grant(state, quota, rv, worded=False) is None:
                     continue
                 victims = [lv for lv in in_flight.get(rv.id, []) if lv.lease.pool == state.name]
                 if not victims:
@@ -243,7 +243,7 @@ class _Cycle:
         reason it waits on its first choice."""
         first: tuple[Shortfall, str] | None = None
         for state, quota in rv.candidates:
-            shortfall = self._try_grant(state, quota, rv, explain=first is None)
+            shortfall = self._try_grant(state, quota, rv, worded=first is None)
             if shortfall is None:
                 return None
             if first is None:
@@ -251,18 +251,15 @@ class _Cycle:
         return first
 
     def _try_grant(
-        self, state: PoolState, quota: SubjectQuota, rv: RequestView, explain: bool = True
+        self, state: PoolState, quota: SubjectQuota, rv: RequestView, worded: bool = True
     ) -> Shortfall | None:
-        """Grant ``rv`` on ``state`` if it fits now; else why not, in words only if ``explain`` (a
+        """Grant ``rv`` on ``state`` if it fits now; else why not, in words only if ``worded`` (a
         waiter is told about its first-choice pool, so the others' reasons would be thrown away)."""
         if state.spec.draining:
             return (WaitReason.POOL_DRAINING, f"pool {state.name!r} is draining")
-        if explain:
-            shortfall = quota_shortfall(state, quota, rv)
-        else:
-            miss = quota_miss(state, quota, rv)
-            shortfall = None if miss is None else (miss[0], "")
-        shortfall = shortfall or reservation_shortfall(state, quota, rv, self.now_ts)
+        shortfall = quota_shortfall(state, quota, rv, worded=worded) or reservation_shortfall(
+            state, quota, rv, self.now_ts
+        )
         if shortfall is not None:
             return shortfall
         placement = place(state, rv)

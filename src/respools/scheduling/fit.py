@@ -18,11 +18,15 @@ def quota_shortfall(
     rv: RequestView,
     released: Mapping[str, int] | None = None,
     own_released: Mapping[str, int] | None = None,
+    worded: bool = True,
 ) -> Shortfall | None:
-    """Accounting check on every metered key, with the reason it fails in words. ``released`` is
-    capacity that planned preemptions would return (``own_released`` the waiter's own part of it)."""
+    """Accounting check on every metered key, with the reason it fails in words (an empty message when
+    not ``worded``, for a caller that only needs to know). ``released`` is capacity that planned
+    preemptions would return (``own_released`` the waiter's own part of it)."""
     miss = quota_miss(pool, quota, rv, released, own_released)
-    return None if miss is None else _explain(pool, quota, miss)
+    if miss is None:
+        return None
+    return _explain(pool, quota, miss) if worded else (miss[0], "")
 
 
 Miss = tuple[WaitReason, str, int, int]

@@ -35,6 +35,11 @@ class Shape(NamedTuple):
     def needs_devices(self) -> bool:
         return bool(self.whole or self.fraction or self.mig)
 
+    @property
+    def any_device(self) -> bool:
+        """No class or selector to match: every device of the inventory will do."""
+        return self.gpu_class is None and not self.selectors
+
 
 def shape_of(resources: Mapping[str, int], replicas: int, gpu_class: str | None, selectors: Mapping[str, str]) -> Shape:
     gpu = resources.get(GPU, 0)
@@ -183,7 +188,7 @@ class DeviceMap:
     # -- matching -----------------------------------------------------------------------------------
 
     def _matches(self, host: HostSlots, slot: GpuSlot, shape: Shape) -> bool:
-        if shape.gpu_class is None and not shape.selectors:
+        if shape.any_device:
             return True
         key = (slot.uuid, shape.gpu_class, shape.selectors)
         cached = self._matches_cache.get(key)
@@ -250,7 +255,7 @@ class DeviceMap:
     def _slack(self, host: HostSlots, shape: Shape) -> int:
         """How much would be left on the host after the grant: smaller is a tighter (better) fit."""
         # A GPU held for a preemptor can be over-committed for a while; it counts as full, not as less.
-        if shape.gpu_class is None and not shape.selectors:  # every device matches: the host's counters
+        if shape.any_device:  # the host's counters
             free_whole, free_milli = host.free_whole, host.free_milli
             free_mig = sum(host.free_mig.get(profile, 0) for profile, _ in shape.mig)
         else:
@@ -266,7 +271,7 @@ class DeviceMap:
     def _place_on_host(self, host: HostSlots, shape: Shape) -> list[_Pick] | None:
         picks: list[_Pick] = []
         taken: set[str] = set()
-        any_gpu = shape.gpu_class is None and not shape.selectors  # every device matches: skip asking each
+        any_gpu = shape.any_device  # then skip asking each device
         if shape.whole:
             free = [
                 g

@@ -109,9 +109,9 @@ class PoolState:
     derived: dict[object, object] = field(default_factory=dict)
     derived_version: int = 0
     never_fits: dict[Shape, str | None] = field(default_factory=dict)
+    """Per device shape, why it could not be placed even on the empty inventory (cached per cycle)."""
     never_eligible: dict[tuple[object, ...], str | None] = field(default_factory=dict)
     """Per request shape, what rules it out on this pool whoever asks (cached per cycle)."""
-    """Per device shape, why it could not be placed even on the empty inventory (cached per cycle)."""
     _empty: DeviceMap | None = None
 
     def placement_impossible(self, shape: Shape) -> str | None:
