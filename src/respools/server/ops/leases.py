@@ -108,7 +108,7 @@ def release_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
             request = tx.conn.execute(REQUEST_BY_ID_LOCKED, {"k_id": lease.request_id}).mappings().one()
             events = complete_preemption(tx, lease, request, "released by its holder")
             ended = RequestState.PREEMPTED
-        else:
+        else:  # granted or active yet missed above: only if the lease appeared between the two statements
             events = release(tx, lease, "released by its holder")
             ended = RequestState.RELEASED
         append(tx, events)
