@@ -52,7 +52,7 @@ def _expected(queue: list[Request]) -> dict[object, list[str]]:
 def _got(queue: list[Request]) -> dict[object, list[str]]:
     buckets = bucketed(queue)
     out: dict[object, list[str]] = {}
-    for bucket, ids in buckets.values():
+    for _, bucket, ids in buckets.values():
         first = bucket[0]
         assert [r.id for r in bucket] == ids, "ids run parallel to their requests"
         out[(first.subject, first.resources["gpu"], first.priority)] = ids
@@ -73,5 +73,5 @@ def test_buckets_are_in_queue_order_whatever_order_the_queue_comes_in(
 
 def test_a_tie_in_submission_time_is_broken_by_id_even_when_handed_over_the_other_way() -> None:
     late, early = _queue([(1, "a", 1, 0), (1, "a", 1, 0)])  # same second: r000, r001
-    ((_, ids),) = bucketed([early, late]).values()
+    ((_, _, ids),) = bucketed([early, late]).values()
     assert ids == ["r000", "r001"]

@@ -30,7 +30,15 @@ from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Rej
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.preemption import Plan, plan_preemption
-from respools.scheduling.requests import Derived, Eligibility, RequestGroup, RequestView, bucketed, view_of
+from respools.scheduling.requests import (
+    Derived,
+    Eligibility,
+    GroupKeys,
+    RequestGroup,
+    RequestView,
+    bucketed,
+    view_of,
+)
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools
 from respools.scheduling.vectors import add_into, dominates
@@ -41,10 +49,14 @@ Failure = tuple[tuple[object, ...], int, dict[str, int], Shortfall]
 """Signature, request priority, demand and shortfall of a request that could not be served."""
 
 
-def schedule(snapshot: Snapshot) -> Decisions:
-    """Decide grants, rejections, preemptions and waits for one snapshot."""
+def schedule(snapshot: Snapshot, keys: GroupKeys | None = None) -> Decisions:
+    """Decide grants, rejections, preemptions and waits for one snapshot.
+
+    ``keys`` is for a caller that schedules the same queue cycle after cycle: kept from one cycle to
+    the next, it spares reading every waiting request's spec again (see ``GroupKeys`` for what that
+    asks of request ids). The decisions are the same with or without it."""
     with _collector_paused():
-        return _Cycle(snapshot).run()
+        return _Cycle(snapshot, keys).run()
 
 
 @contextmanager
@@ -65,8 +77,9 @@ _UNCLASSIFIED = Eligibility([], "not classified yet")
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, keys: GroupKeys | None = None) -> None:
         self.snapshot = snapshot
+        self.keys = keys
         self.now_ts = snapshot.now.timestamp()
         self.decisions = Decisions()
         self.position = 0
@@ -111,11 +124,11 @@ class _Cycle:
                 pools_of.setdefault(policy.subject, []).append((-policy.priority, policy.pool))
         for ranked in pools_of.values():
             ranked.sort()
-        members = bucketed(requests)
+        members = bucketed(requests, self.keys)
         heads: list[RequestView] = []
         classified: dict[tuple[object, ...], Eligibility] = {}
         shapes: dict[tuple[object, ...], Derived] = {}
-        for key, (bucket, ids) in members.items():
+        for key, bucket, ids in members.values():
             bucket.reverse()
             ids.reverse()
             rv = view_of(bucket[-1], key, RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)

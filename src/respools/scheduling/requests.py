@@ -7,6 +7,7 @@ subject, resources, constraints and candidate pools, and shared by reference.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
@@ -85,32 +86,66 @@ GroupKey = tuple[
 ]
 """Everything but identity and submission time. The first four items are what eligibility depends on
 (request priority and the nominated pool follow), so ``key[:4]`` groups the groups that classify alike."""
-Buckets = dict[GroupKey, tuple[list[Request], list[str]]]
-"""Look-alike requests and their ids, each bucket oldest first (ties by id)."""
+Buckets = dict[int, tuple[GroupKey, list[Request], list[str]]]
+"""Look-alike requests and their ids by group, each bucket oldest first (ties by id). Keyed by a small
+number per distinct group key, so that requests already known are bucketed without hashing their key."""
+KnownKey = tuple[str | None, GroupKey, int]
+"""A request's nominated pool when its key was built, the key, and the key's number."""
 
 _ELIGIBILITY_FIELDS = itemgetter("subject", "preemptible", "replicas", "gpu_class", "max_runtime_s")
 _SUBMISSION_ORDER = attrgetter("submitted_at", "id")
 
 
-def bucketed(requests: Sequence[Request]) -> Buckets:
+class GroupKeys:
+    """Group keys of the requests seen so far, by request id, for a caller that schedules the same
+    queue cycle after cycle (the reconciler's leader, the simulation): a queue of thousands is then
+    bucketed without reading each request's spec and building its key again every cycle.
+
+    Sound only where a request id always names the same request: subject, resources, constraints,
+    candidate pools and priority never change once submitted (the store refuses an idempotent
+    resubmission that asks differently). The nominated pool does change; it is compared every cycle."""
+
+    def __init__(self) -> None:
+        self.by_request: dict[str, KnownKey] = {}
+        self.numbers: dict[GroupKey, int] = {}
+        self.next_number = itertools.count()
+
+    def forget_gone(self, queue: Sequence[Request]) -> None:
+        """Keep only the requests still queued, once the ones gone outnumber them: a rebuild each
+        time the queue has turned over, so the memo stays the size of the queue at O(1) a request."""
+        if len(self.by_request) > 2 * len(queue) + 1024:
+            known = self.by_request
+            ids = [request.__dict__["id"] for request in queue]
+            self.by_request = {request_id: known[request_id] for request_id in ids if request_id in known}
+            self.numbers = {key: number for _, key, number in self.by_request.values()}
+
+
+def bucketed(requests: Sequence[Request], keys: GroupKeys | None = None) -> Buckets:
     """Look-alike requests bucketed in queue order. The store hands the queue over in that order, which
     one pass confirms while it buckets; a queue out of order is sorted and bucketed again."""
-    buckets = _bucket(requests)
+    remember = keys is not None
+    if keys is None:
+        keys = GroupKeys()
+    buckets = _bucket(requests, keys, remember)
     if buckets is None:
-        buckets = _bucket(sorted(requests, key=_SUBMISSION_ORDER))
+        buckets = _bucket(sorted(requests, key=_SUBMISSION_ORDER), keys, remember)
         assert buckets is not None, "a sorted queue is in order"
+    if remember:
+        keys.forget_gone(requests)
     return buckets
 
 
-def _bucket(requests: Sequence[Request]) -> Buckets | None:
+def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buckets | None:
     """Buckets in the given order, or None as soon as that order is not the queue's.
 
     This loop runs once per waiting request per cycle, so it reads each request once, through
-    ``__dict__`` (pydantic's attribute access costs several times more), builds the key inline, and
-    reads ids here, in the order the requests sit in memory, not later bucket by bucket."""
+    ``__dict__`` (pydantic's attribute access costs several times more), builds the key inline only
+    for a request it has not seen before, and reads ids here, in the order the requests sit in memory,
+    not later bucket by bucket."""
     buckets: Buckets = {}
     if not requests:
         return buckets
+    known, numbers = keys.by_request, keys.numbers
     eligibility_fields = _ELIGIBILITY_FIELDS
     first = requests[0].__dict__
     last_submitted, last_id = first["submitted_at"], first["id"]
@@ -120,21 +155,30 @@ def _bucket(requests: Sequence[Request]) -> Buckets | None:
         if submitted <= last_submitted and (submitted < last_submitted or request_id < last_id):
             return None
         last_submitted, last_id = submitted, request_id
-        selectors, pools = fields["selectors"], fields["pools"]
-        key = (
-            eligibility_fields(fields),
-            tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
-            tuple(sorted(selectors.items())) if selectors else (),
-            tuple(pools) if pools is not None else None,
-            fields["priority"],
-            fields["nominated_pool"],
-        )
-        entry = buckets.get(key)
-        if entry is None:
-            buckets[key] = ([request], [request_id])
+        nominated = fields["nominated_pool"]
+        entry = known.get(request_id)
+        if entry is None or entry[0] != nominated:
+            selectors, pools = fields["selectors"], fields["pools"]
+            key: GroupKey = (
+                eligibility_fields(fields),
+                tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
+                tuple(sorted(selectors.items())) if selectors else (),
+                tuple(pools) if pools is not None else None,
+                fields["priority"],
+                nominated,
+            )
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = next(keys.next_number)
+            entry = (nominated, key, number)
+            if remember:
+                known[request_id] = entry
+        bucket = buckets.get(entry[2])
+        if bucket is None:
+            buckets[entry[2]] = (entry[1], [request], [request_id])
         else:
-            entry[0].append(request)
-            entry[1].append(request_id)
+            bucket[1].append(request)
+            bucket[2].append(request_id)
     return buckets
 
 
