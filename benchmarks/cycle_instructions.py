@@ -28,7 +28,7 @@ from scheduling import SIZES, build  # the sibling benchmark: run this as a scri
 
 _VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
 _CHILD = """
-import pickle, sys
+import gc, pickle, sys
 from pydantic import BaseModel
 from respools.scheduling import GroupKeys, schedule
 
@@ -46,6 +46,7 @@ def intern_keys(value, seen):
         for item in value:
             intern_keys(item, seen)
 
+gc.disable()  # a full collection lands in whichever cycle crosses its threshold: not one cycle's own cost
 snapshots = pickle.load(open(sys.argv[1], "rb"))
 seen = set()
 for snapshot in snapshots.values():

@@ -89,8 +89,8 @@ class _Cycle:
         live = self._expire(self.snapshot.leases)
         s = self.snapshot
         self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live)
-        groups = self._eligible(s.requests)
-        self._serve_nominated(groups)
+        groups, nominated = self._eligible(s.requests)
+        self._serve_nominated(nominated)
         self._serve_queues(groups)
         return self.decisions
 
@@ -115,9 +115,10 @@ class _Cycle:
 
     # -- (3) eligibility ----------------------------------------------------------------------------
 
-    def _eligible(self, requests: Sequence[Request]) -> list[RequestView]:
+    def _eligible(self, requests: Sequence[Request]) -> tuple[list[RequestView], list[RequestView]]:
         """Group look-alike requests, classify each group once, reject the groups that fit nowhere.
-        Returns one view per group (its first request), members in ``group.members``."""
+        Returns one view per group (its first request), members in ``group.members``, in queue order;
+        and the same for the groups nominated for a pool alone."""
         pools_of: dict[str, list[tuple[int, str]]] = {}
         for policy in self.snapshot.policies:
             if policy.pool in self.pools:
@@ -126,12 +127,14 @@ class _Cycle:
             ranked.sort()
         members = bucketed(requests, self.keys)
         heads: list[RequestView] = []
+        nominated: list[RequestView] = []
         classified: dict[tuple[object, ...], Eligibility] = {}
         shapes: dict[tuple[object, ...], Derived] = {}
-        for key, bucket, ids in members.values():
+        for known, bucket, ids in members.values():
             bucket.reverse()
             ids.reverse()
-            rv = view_of(bucket[-1], key, RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
+            key = known.key
+            rv = view_of(bucket[-1], known, RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
             # Eligibility does not depend on request priority or nomination: classify once for all.
             eligible_alike = key[:4]
             eligibility = classified.get(eligible_alike)
@@ -141,10 +144,13 @@ class _Cycle:
             rv.group.eligibility = eligibility
             if eligibility.rejection is None:
                 heads.append(rv)
+                if key[5] is not None:
+                    nominated.append(rv)
             else:
                 self.decisions.rejects.extend(Reject(request_id, eligibility.rejection) for request_id in reversed(ids))
-        heads.sort(key=lambda rv: (-rv.priority, rv.submitted_ts, rv.id))
-        return heads
+        heads.sort(key=_queue_order)
+        nominated.sort(key=_queue_order)
+        return heads, nominated
 
     def _classify(self, rv: RequestView, names: list[str]) -> Eligibility:
         """The group's candidate pools, or its rejection when none is eligible."""
@@ -177,17 +183,15 @@ class _Cycle:
 
     # -- (4) nominated waiters ----------------------------------------------------------------------
 
-    def _serve_nominated(self, groups: list[RequestView]) -> None:
+    def _serve_nominated(self, nominated: list[RequestView]) -> None:
         in_flight: dict[str, list[LeaseView]] = {}
         for state in self.pools.values():
             for lv in state.preempting:
                 if lv.preempted_for:
                     in_flight.setdefault(lv.preempted_for, []).append(lv)
-        for proto in groups:
-            nominated = proto.request.nominated_pool
-            if nominated is None:
-                continue
-            entry = next(((s, q) for s, q in proto.candidates if s.name == nominated), None)
+        for proto in nominated:
+            pool = proto.request.nominated_pool
+            entry = next(((s, q) for s, q in proto.candidates if s.name == pool), None)
             if entry is None:
                 continue
             state, quota = entry
@@ -428,6 +432,11 @@ class _SubjectQueue:
                 kept.append(key)
         self._by_signature[signature] = kept
         return doomed
+
+
+def _queue_order(rv: RequestView) -> tuple[int, float, str]:
+    """Request priority, then submission time, then id: the order groups are served in."""
+    return (-rv.priority, rv.submitted_ts, rv.id)
 
 
 def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKey:

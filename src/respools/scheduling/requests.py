@@ -86,11 +86,24 @@ GroupKey = tuple[
 ]
 """Everything but identity and submission time. The first four items are what eligibility depends on
 (request priority and the nominated pool follow), so ``key[:4]`` groups the groups that classify alike."""
-Buckets = dict[int, tuple[GroupKey, list[Request], list[str]]]
+Derived = tuple[Vector, Shape]
+
+
+@dataclass(slots=True, eq=False)
+class KnownGroup:
+    """A group key as ``GroupKeys`` knows it: one per key, shared by the requests that have it, and
+    what the cycle derives from the key alone (demand and device shape), kept as long as the key."""
+
+    nominated: str | None
+    """The key's nominated pool (its last item), which a request's may no longer be."""
+    key: GroupKey
+    number: int
+    derived: Derived | None = None
+
+
+Buckets = dict[int, tuple[KnownGroup, list[Request], list[str]]]
 """Look-alike requests and their ids by group, each bucket oldest first (ties by id). Keyed by a small
 number per distinct group key, so that requests already known are bucketed without hashing their key."""
-KnownKey = tuple[str | None, GroupKey, int]
-"""A request's nominated pool when its key was built, the key, and the key's number."""
 
 _ELIGIBILITY_FIELDS = itemgetter("subject", "preemptible", "replicas", "gpu_class", "max_runtime_s")
 _SUBMISSION_ORDER = attrgetter("submitted_at", "id")
@@ -106,8 +119,8 @@ class GroupKeys:
     resubmission that asks differently). The nominated pool does change; it is compared every cycle."""
 
     def __init__(self) -> None:
-        self.by_request: dict[str, KnownKey] = {}
-        self.numbers: dict[GroupKey, int] = {}
+        self.by_request: dict[str, KnownGroup] = {}
+        self.groups: dict[GroupKey, KnownGroup] = {}
         self.next_number = itertools.count()
 
     def forget_gone(self, queue: Sequence[Request]) -> None:
@@ -117,7 +130,7 @@ class GroupKeys:
             known = self.by_request
             ids = [request.__dict__["id"] for request in queue]
             self.by_request = {request_id: known[request_id] for request_id in ids if request_id in known}
-            self.numbers = {key: number for _, key, number in self.by_request.values()}
+            self.groups = {group.key: group for group in self.by_request.values()}
 
 
 def bucketed(requests: Sequence[Request], keys: GroupKeys | None = None) -> Buckets:
@@ -145,7 +158,7 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
     buckets: Buckets = {}
     if not requests:
         return buckets
-    known, numbers = keys.by_request, keys.numbers
+    known, groups = keys.by_request, keys.groups
     eligibility_fields = _ELIGIBILITY_FIELDS
     first = requests[0].__dict__
     last_submitted, last_id = first["submitted_at"], first["id"]
@@ -157,7 +170,7 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
         last_submitted, last_id = submitted, request_id
         nominated = fields["nominated_pool"]
         entry = known.get(request_id)
-        if entry is None or entry[0] != nominated:
+        if entry is None or entry.nominated != nominated:
             selectors, pools = fields["selectors"], fields["pools"]
             key: GroupKey = (
                 eligibility_fields(fields),
@@ -167,22 +180,18 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
                 fields["priority"],
                 nominated,
             )
-            number = numbers.get(key)
-            if number is None:
-                number = numbers[key] = next(keys.next_number)
-            entry = (nominated, key, number)
+            entry = groups.get(key)  # the group's own: the request's key is freed, not kept per request
+            if entry is None:
+                entry = groups[key] = KnownGroup(nominated, key, next(keys.next_number))
             if remember:
                 known[request_id] = entry
-        bucket = buckets.get(entry[2])
+        bucket = buckets.get(entry.number)
         if bucket is None:
-            buckets[entry[2]] = (entry[1], [request], [request_id])
+            buckets[entry.number] = (entry, [request], [request_id])
         else:
             bucket[1].append(request)
             bucket[2].append(request_id)
     return buckets
-
-
-Derived = tuple[Vector, Shape]
 
 
 def derived(request: Request, key: GroupKey, cache: dict[tuple[object, ...], Derived]) -> Derived:
@@ -200,10 +209,14 @@ def derived(request: Request, key: GroupKey, cache: dict[tuple[object, ...], Der
 
 
 def view_of(
-    request: Request, key: GroupKey, group: RequestGroup, cache: dict[tuple[object, ...], Derived]
+    request: Request, known: KnownGroup, group: RequestGroup, cache: dict[tuple[object, ...], Derived]
 ) -> RequestView:
-    """The view of the request that stands for its group, ``key`` being the group's key."""
-    demand, shape = derived(request, key, cache)
+    """The view of the request that stands for its group; demand and shape are derived once per
+    group key (``known``), and then only when a look-alike key has not derived them yet."""
+    key = known.key
+    if known.derived is None:
+        known.derived = derived(request, key, cache)
+    demand, shape = known.derived
     fields = request.__dict__
     (subject, preemptible, _, _, _), priority = key[0], key[4]
     return RequestView(
