@@ -94,8 +94,6 @@ class KnownGroup:
     """A group key as ``GroupKeys`` knows it: one per key, shared by the requests that have it, and
     what the cycle derives from the key alone (demand and device shape), kept as long as the key."""
 
-    nominated: str | None
-    """The key's nominated pool (its last item), which a request's may no longer be."""
     key: GroupKey
     number: int
     derived: Derived | None = None
@@ -170,7 +168,7 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
         last_submitted, last_id = submitted, request_id
         nominated = fields["nominated_pool"]
         entry = known.get(request_id)
-        if entry is None or entry.nominated != nominated:
+        if entry is None or entry.key[5] != nominated:  # the key's nomination, which may be stale
             selectors, pools = fields["selectors"], fields["pools"]
             key: GroupKey = (
                 eligibility_fields(fields),
@@ -182,7 +180,7 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
             )
             entry = groups.get(key)  # the group's own: the request's key is freed, not kept per request
             if entry is None:
-                entry = groups[key] = KnownGroup(nominated, key, next(keys.next_number))
+                entry = groups[key] = KnownGroup(key, next(keys.next_number))
             if remember:
                 known[request_id] = entry
         bucket = buckets.get(entry.number)
