@@ -30,7 +30,7 @@ _VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-ou
 _CHILD = """
 import gc, pickle, sys
 from pydantic import BaseModel
-from respools.scheduling import GroupKeys, schedule
+from respools.scheduling import Memory, schedule
 
 def intern_keys(value, seen):
     if id(value) in seen:
@@ -53,11 +53,11 @@ for snapshot in snapshots.values():
     for part in (snapshot.pools, snapshot.policies, snapshot.leases, snapshot.requests, snapshot.reservations):
         intern_keys(part, seen)
 which, cycles, remembered = sys.argv[2], int(sys.argv[3]), sys.argv[4] == "remembered"
-keys, fresh = GroupKeys(), [GroupKeys() for _ in range(cycles)]  # kept: freeing one is no cycle's cost
+memory, fresh = Memory(), [Memory() for _ in range(cycles)]  # kept: freeing one is no cycle's cost
 if remembered:
-    schedule(snapshots[which], keys)  # the cycle before, whose keys the counted cycles find
+    schedule(snapshots[which], memory)  # the cycle before, whose memory the counted cycles find
 for cycle in range(cycles):
-    schedule(snapshots[which], keys if remembered else fresh[cycle])
+    schedule(snapshots[which], memory if remembered else fresh[cycle])
 """
 """Unpickled models hold fresh copies of their field names as ``__dict__`` keys, not the interned
 strings that pydantic's models (and the code's own lookups) use, so every field read would compare

@@ -5,9 +5,9 @@ one or two pools, active leases (fractions and whole GPUs filling the fleet) and
 requests of mixed shapes. It times ``schedule(snapshot)`` on the cycle when the whole queue arrives at
 once (every reserved share reclaimed in one go, the worst case), and in steady state, once the offline
 simulation (``respools.simulation``) has settled the fleet. "cycle_ms" is the steady cycle as the
-reconciler's leader runs it, cycle after cycle, with the queue's group keys kept from the cycle before
-(``GroupKeys``); "first_cycle_ms" is the same cycle for a leader that has just taken over and knows none
-of the queue yet; the arrival cycle is timed that way too, since every request in it is new.
+reconciler's leader runs it, cycle after cycle, with what it kept from the cycle before (``Memory``);
+"first_cycle_ms" is the same cycle for a leader that has just taken over, whose memory is empty; the
+arrival cycle is timed that way too, since every request in it is new.
 
     python benchmarks/scheduling.py            # a table
     python benchmarks/scheduling.py --json     # {"cycle_ms": {"1000x100x10000x2000": ...}, ...}
@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from respools.model import PolicySpec, PoolSpec
-from respools.scheduling import Decisions, GroupKeys, Snapshot, schedule
+from respools.scheduling import Decisions, Memory, Snapshot, schedule
 from respools.simulation import Simulation
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -133,16 +133,15 @@ def build(size: Size, seed: int = 7) -> tuple[Snapshot, Snapshot, int]:
 
 def _time(snapshot: Snapshot, repeats: int, remembered: bool) -> tuple[float, Decisions]:
     """Median ms of ``repeats`` cycles. ``remembered``: as the reconciler's leader runs them, with the
-    group keys it kept from the cycle before; otherwise as a new leader's first cycle, which knows
-    none of the queue."""
-    keys = GroupKeys()
-    decisions = schedule(snapshot, keys)
+    memory it kept from the cycle before; otherwise as a new leader's first cycle, with none."""
+    memory = Memory()
+    decisions = schedule(snapshot, memory)
     times = []
     for _ in range(repeats):
         if not remembered:
-            keys = GroupKeys()
+            memory = Memory()
         start = time.perf_counter()
-        decisions = schedule(snapshot, keys)
+        decisions = schedule(snapshot, memory)
         times.append((time.perf_counter() - start) * 1000)
     return round(statistics.median(times), 2), decisions
 

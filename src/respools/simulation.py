@@ -20,7 +20,7 @@ from respools.model import (
     RequestState,
     ReservationSpec,
 )
-from respools.scheduling import Decisions, GroupKeys, Snapshot, schedule
+from respools.scheduling import Decisions, Memory, Snapshot, schedule
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -39,7 +39,7 @@ class Simulation:
     rejected: dict[str, str] = field(default_factory=dict)
     history: list[Decisions] = field(default_factory=list)
     _ids: itertools.count[int] = field(default_factory=itertools.count)
-    _group_keys: GroupKeys = field(default_factory=GroupKeys)
+    _memory: Memory = field(default_factory=Memory)
 
     def submit(self, subject: str, preemptible: bool = False, priority: int = 0, **spec: Any) -> str:
         """Queue a request; resource keys come as keyword arguments (``gpu=1``; ``mig__3g.40gb=1``
@@ -73,7 +73,7 @@ class Simulation:
 
     def step(self) -> Decisions:
         """One scheduling cycle on the current state, its decisions applied."""
-        decisions = schedule(self.snapshot(), self._group_keys)
+        decisions = schedule(self.snapshot(), self._memory)
         self.history.append(decisions)
         self.apply(decisions)
         return decisions

@@ -94,8 +94,8 @@ def _check(sim: Sim, before: Snapshot, d: Decisions) -> None:
             assert victim.borrowed, "only leases with a borrowed part go to another subject"
             usage = sum(x.resources.get("gpu", 0) for x in before.leases if x.subject == victim.subject)
             assert usage > reserved.get(victim.subject, {}).get("gpu", 0)
-    # 5. deterministic, whatever the order of the input, and the same without the group keys that the
-    #    sim keeps from cycle to cycle (as the reconciler's leader does) as with them
+    # 5. deterministic, whatever the order of the input, and the same without the memory that the
+    #    sim keeps from cycle to cycle (as the reconciler's leader does) as with it
     shuffled = Snapshot(
         now=before.now,
         pools=before.pools,

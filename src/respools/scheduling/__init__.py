@@ -1,14 +1,14 @@
 """The pure scheduling core (DESIGN §2): no I/O, no clock; time is an input.
 
-``schedule(snapshot)`` decides one cycle (``GroupKeys`` is what a caller that schedules the same queue
-again and again keeps between cycles); the ``check_*`` functions refuse definitions that could not
+``schedule(snapshot)`` decides one cycle (a ``Memory`` is what a caller that schedules the same pools
+and queue again and again keeps between cycles); the ``check_*`` functions refuse definitions that could not
 be honoured, each with the field at fault.
 """
 
 from respools.scheduling.catalogue import MIG_PROFILES, gpu_class, mig_profiles_of
 from respools.scheduling.cycle import schedule
 from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, Wait, WaitRun
-from respools.scheduling.requests import GroupKeys
+from respools.scheduling.memory import Memory
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.validation import (
     DefinitionError,
@@ -24,7 +24,7 @@ __all__ = [
     "DefinitionError",
     "Expire",
     "Grant",
-    "GroupKeys",
+    "Memory",
     "Preempt",
     "Reject",
     "Revoke",

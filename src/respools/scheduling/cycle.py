@@ -29,6 +29,7 @@ from respools.model import Lease, Placement, Request, RequestState, Resources, W
 from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, WaitRun
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
+from respools.scheduling.memory import KeptEligibility, Memory
 from respools.scheduling.preemption import Plan, plan_preemption
 from respools.scheduling.requests import (
     Derived,
@@ -49,14 +50,14 @@ Failure = tuple[tuple[object, ...], int, dict[str, int], Shortfall]
 """Signature, request priority, demand and shortfall of a request that could not be served."""
 
 
-def schedule(snapshot: Snapshot, keys: GroupKeys | None = None) -> Decisions:
+def schedule(snapshot: Snapshot, memory: Memory | None = None) -> Decisions:
     """Decide grants, rejections, preemptions and waits for one snapshot.
 
-    ``keys`` is for a caller that schedules the same queue cycle after cycle: kept from one cycle to
-    the next, it spares reading every waiting request's spec again (see ``GroupKeys`` for what that
-    asks of request ids). The decisions are the same with or without it."""
+    ``memory`` is for a caller that schedules the same pools and queue cycle after cycle: kept from
+    one cycle to the next, it spares deriving again what cannot have changed (see ``Memory`` for what
+    that asks of ids and definitions). The decisions are the same with or without it."""
     with _collector_paused():
-        return _Cycle(snapshot, keys).run()
+        return _Cycle(snapshot, memory).run()
 
 
 @contextmanager
@@ -77,9 +78,9 @@ _UNCLASSIFIED = Eligibility([], "not classified yet")
 
 
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, keys: GroupKeys | None = None) -> None:
+    def __init__(self, snapshot: Snapshot, memory: Memory | None = None) -> None:
         self.snapshot = snapshot
-        self.keys = keys
+        self.memory = memory
         self.now_ts = snapshot.now.timestamp()
         self.decisions = Decisions()
         self.position = 0
@@ -88,7 +89,7 @@ class _Cycle:
     def run(self) -> Decisions:
         live = self._expire(self.snapshot.leases)
         s = self.snapshot
-        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live)
+        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, self.memory)
         groups, nominated = self._eligible(s.requests)
         self._serve_nominated(nominated)
         self._serve_queues(groups)
@@ -125,10 +126,13 @@ class _Cycle:
                 pools_of.setdefault(policy.subject, []).append((-policy.priority, policy.pool))
         for ranked in pools_of.values():
             ranked.sort()
-        members = bucketed(requests, self.keys)
+        memory = self.memory
+        groups = memory.groups if memory is not None else GroupKeys()
+        members = bucketed(requests, groups)
+        kept = self._kept_eligibility(groups)
         heads: list[RequestView] = []
         nominated: list[RequestView] = []
-        classified: dict[tuple[object, ...], Eligibility] = {}
+        classified: dict[int, Eligibility] = {}
         shapes: dict[tuple[object, ...], Derived] = {}
         for known, bucket, ids in members.values():
             bucket.reverse()
@@ -136,11 +140,23 @@ class _Cycle:
             key = known.key
             rv = view_of(bucket[-1], known, RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
             # Eligibility does not depend on request priority or nomination: classify once for all.
-            eligible_alike = key[:4]
-            eligibility = classified.get(eligible_alike)
+            eligibility = classified.get(known.eligibility_class)
             if eligibility is None:
-                names = [n for _, n in pools_of.get(rv.subject, [])]
-                eligibility = classified[eligible_alike] = self._classify(rv, names)
+                found = kept.get(known.eligibility_class)
+                if found is None:
+                    names = [n for _, n in pools_of.get(rv.subject, [])]
+                    eligibility = self._classify(rv, names)
+                    kept[known.eligibility_class] = (
+                        tuple(state.name for state, _ in eligibility.candidates),
+                        eligibility.rejection,
+                        eligibility.signature,
+                    )
+                else:
+                    names_kept, rejection, signature = found
+                    states = [self.pools[name] for name in names_kept]
+                    candidates = [(state, state.quotas[rv.subject]) for state in states]
+                    eligibility = Eligibility(candidates, rejection, signature)
+                classified[known.eligibility_class] = eligibility
             rv.group.eligibility = eligibility
             if eligibility.rejection is None:
                 heads.append(rv)
@@ -151,6 +167,18 @@ class _Cycle:
         heads.sort(key=_queue_order)
         nominated.sort(key=_queue_order)
         return heads, nominated
+
+    def _kept_eligibility(self, groups: GroupKeys) -> dict[int, KeptEligibility]:
+        """What earlier cycles found of each eligibility class, where they had the same definitions
+        (else nothing); kept no larger than the classes the queue still has."""
+        if self.memory is None:
+            return {}
+        s = self.snapshot
+        kept = self.memory.eligibility_for(s.now, s.pools, s.policies, s.reservations)
+        if len(kept) > 2 * len(groups.classes) + 1024:
+            live = set(groups.classes.values())
+            kept = self.memory.eligibility = {number: found for number, found in kept.items() if number in live}
+        return kept
 
     def _classify(self, rv: RequestView, names: list[str]) -> Eligibility:
         """The group's candidate pools, or its rejection when none is eligible."""
@@ -200,7 +228,7 @@ class _Cycle:
                 rv = proto.sibling(request)
                 if self._try_grant(state, quota, rv, worded=False) is None:
                     continue
-                victims = [lv for lv in in_flight.get(rv.id, []) if lv.lease.pool == state.name]
+                victims = [lv for lv in in_flight.get(rv.id, []) if lv.pool == state.name]
                 if not victims:
                     undecided.append(request)
                     continue

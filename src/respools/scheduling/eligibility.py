@@ -21,7 +21,7 @@ from respools.scheduling.state import PoolState, SubjectQuota
 
 def ineligibility(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> str | None:
     """Why ``rv`` can never be granted on ``pool`` under ``quota``, or None if it may be."""
-    cache = pool.never_eligible
+    cache = pool.facts.never_eligible
     key = (rv.shape, tuple(rv.demand.items()))
     reason = cache.get(key, _UNKNOWN)
     if reason is _UNKNOWN:

@@ -112,7 +112,7 @@ def reservation_shortfall(pool: PoolState, quota: SubjectQuota, rv: RequestView,
 
 
 def _runs_until(lv: LeaseView, at: float) -> bool:
-    runtime = lv.lease.max_runtime_s
+    runtime = lv.max_runtime_s
     return runtime is None or lv.granted_ts + runtime > at
 
 

@@ -138,6 +138,18 @@ class DeviceMap:
 
     # -- occupancy ----------------------------------------------------------------------------------
 
+    def reset(self) -> None:
+        """Nothing occupied: the map as new, for a cycle that reuses the map of the cycle before
+        rather than mapping the whole inventory again."""
+        for host in self.hosts:
+            for slot in host.gpus:
+                slot.used_milli = slot.used_memory = 0
+                if slot.mig_used:
+                    slot.mig_used.clear()
+            host.free_whole = host.plain_gpus
+            host.free_milli = host.plain_gpus * MILLI
+            host.free_mig = dict(host.mig_instances)
+
     def occupy(self, placement: Placement, sign: int = 1) -> None:
         """Apply (``sign=1``) or undo (``sign=-1``) a lease's placement."""
         self.apply(self.resolve(placement), sign)

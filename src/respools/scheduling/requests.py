@@ -96,6 +96,8 @@ class KnownGroup:
 
     key: GroupKey
     number: int
+    eligibility_class: int
+    """The same for every key that agrees on ``key[:4]`` (what eligibility depends on)."""
     derived: Derived | None = None
 
 
@@ -120,6 +122,10 @@ class GroupKeys:
         self.by_request: dict[str, KnownGroup] = {}
         self.groups: dict[GroupKey, KnownGroup] = {}
         self.next_number = itertools.count()
+        self.classes: dict[tuple[object, ...], int] = {}
+        """Eligibility class numbers by ``key[:4]``; a number is never given twice, so what is kept
+        per class (``Memory.eligibility``) can never be taken for another class's."""
+        self.next_class = itertools.count()
 
     def forget_gone(self, queue: Sequence[Request]) -> None:
         """Keep only the requests still queued, once the ones gone outnumber them: a rebuild each
@@ -129,6 +135,15 @@ class GroupKeys:
             ids = [request.__dict__["id"] for request in queue]
             self.by_request = {request_id: known[request_id] for request_id in ids if request_id in known}
             self.groups = {group.key: group for group in self.by_request.values()}
+            self.classes = {group.key[:4]: group.eligibility_class for group in self.groups.values()}
+
+    def first_seen(self, key: GroupKey) -> KnownGroup:
+        """A group for a key not seen before, numbered (and its eligibility class with it)."""
+        eligibility_class = self.classes.get(key[:4])
+        if eligibility_class is None:
+            eligibility_class = self.classes[key[:4]] = next(self.next_class)
+        group = self.groups[key] = KnownGroup(key, next(self.next_number), eligibility_class)
+        return group
 
 
 def bucketed(requests: Sequence[Request], keys: GroupKeys | None = None) -> Buckets:
@@ -178,9 +193,7 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
                 fields["priority"],
                 nominated,
             )
-            entry = groups.get(key)  # the group's own: the request's key is freed, not kept per request
-            if entry is None:
-                entry = groups[key] = KnownGroup(key, next(keys.next_number))
+            entry = groups.get(key) or keys.first_seen(key)  # the group's: the request's key is not kept
             if remember:
                 known[request_id] = entry
         bucket = buckets.get(entry.number)

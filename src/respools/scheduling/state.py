@@ -8,29 +8,56 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from respools.model import Form, Lease, PolicySpec, PoolSpec, RequestState, ReservationSpec
 from respools.scheduling.placement import DeviceMap, Held, Shape, never_fits, possible_on_empty
 from respools.scheduling.validation import pool_capacity
 from respools.scheduling.vectors import Vector, add_into
 
+if TYPE_CHECKING:
+    from respools.scheduling.memory import Memory
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, eq=False)
 class LeaseView:
-    """What preemption planning needs of a live lease."""
+    """What preemption planning needs of a live lease.
+
+    The grant's facts (everything up to ``max_runtime_s``) never change, so a ``Memory`` keeps one view
+    per lease from cycle to cycle; the fields after them are the cycle's own and are set again by
+    every ``build_pools``."""
 
     id: str
+    pool: str
     subject: str
     resources: Vector
     borrowed: Vector
     priority: int
     preemptible: bool
     granted_ts: float
-    preempting: bool
-    preempted_for: str | None
-    lease: Lease
+    max_runtime_s: float | None
+    preempting: bool = False
+    preempted_for: str | None = None
     held: Held = ()
     """The lease's devices resolved on its pool's map (empty on pools without an inventory)."""
+    resolved_on: DeviceMap | None = None
+    """The map ``held`` was resolved on: still valid while the cycle's pool has that map."""
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeaseView:
+        # Read through ``__dict__``: pydantic's attribute access costs several times more.
+        fields = lease.__dict__
+        return cls(
+            fields["id"],
+            fields["pool"],
+            fields["subject"],
+            fields["resources"],
+            fields["borrowed"],
+            fields["priority"],
+            fields["preemptible"],
+            fields["granted_at"].timestamp(),
+            fields["max_runtime_s"],
+        )
 
 
 @dataclass(slots=True)
@@ -90,6 +117,45 @@ class Window:
     resources: Vector
 
 
+@dataclass(slots=True, eq=False)
+class PoolFacts:
+    """What a pool's spec alone decides: capacity, forms, the map of its inventory, and what was
+    judged of request shapes on it. A ``Memory`` keeps them from cycle to cycle for as long as the
+    snapshot hands over the same spec object (specs are values: a changed pool is a new object), so
+    that a steady cycle neither maps the inventory again nor judges the same shapes again."""
+
+    spec: PoolSpec
+    capacity: Vector
+    forms: frozenset[Form]
+    devices: DeviceMap | None
+    """Occupancy, emptied at the start of every cycle that uses it (``DeviceMap.reset``)."""
+    never_fits: dict[Shape, str | None] = field(default_factory=dict)
+    """Per device shape, why it could not be placed even on the empty inventory."""
+    never_eligible: dict[tuple[object, ...], str | None] = field(default_factory=dict)
+    """Per request shape, what rules it out on this pool whoever asks (see ``eligibility``)."""
+    empty: DeviceMap | None = None
+
+    @classmethod
+    def of(cls, spec: PoolSpec) -> PoolFacts:
+        return cls(
+            spec=spec,
+            capacity={k: v for k, v in pool_capacity(spec).items() if v > 0},
+            forms=frozenset(spec.forms) if spec.forms is not None else frozenset(Form),
+            devices=DeviceMap(spec) if spec.inventory is not None else None,
+        )
+
+    def placement_impossible(self, shape: Shape) -> str | None:
+        if shape not in self.never_fits:
+            quick = self.devices.fits_when_empty(shape) if self.devices is not None else None
+            if quick is None:  # constrained: try it on a map of the empty inventory
+                if self.empty is None:
+                    self.empty = DeviceMap(self.spec)
+                self.never_fits[shape] = possible_on_empty(self.empty, shape)
+            else:
+                self.never_fits[shape] = None if quick or not shape.needs_devices else never_fits(shape)
+        return self.never_fits[shape]
+
+
 @dataclass(slots=True)
 class PoolState:
     spec: PoolSpec
@@ -101,6 +167,7 @@ class PoolState:
     devices: DeviceMap | None
     windows: dict[str, list[Window]]
     """Reservations per subject that have not ended yet."""
+    facts: PoolFacts
     preempting: list[LeaseView] = field(default_factory=list)
     """Leases that were preempting when the cycle began (their waiters are nominated here)."""
     version: int = 0
@@ -108,22 +175,9 @@ class PoolState:
     that what was derived from it can be cached until then (see ``preemption``)."""
     derived: dict[object, object] = field(default_factory=dict)
     derived_version: int = 0
-    never_fits: dict[Shape, str | None] = field(default_factory=dict)
-    """Per device shape, why it could not be placed even on the empty inventory (cached per cycle)."""
-    never_eligible: dict[tuple[object, ...], str | None] = field(default_factory=dict)
-    """Per request shape, what rules it out on this pool whoever asks (cached per cycle)."""
-    _empty: DeviceMap | None = None
 
     def placement_impossible(self, shape: Shape) -> str | None:
-        if shape not in self.never_fits:
-            quick = self.devices.fits_when_empty(shape) if self.devices is not None else None
-            if quick is None:  # constrained: try it on a map of the empty inventory
-                if self._empty is None:
-                    self._empty = DeviceMap(self.spec)
-                self.never_fits[shape] = possible_on_empty(self._empty, shape)
-            else:
-                self.never_fits[shape] = None if quick or not shape.needs_devices else never_fits(shape)
-        return self.never_fits[shape]
+        return self.facts.placement_impossible(shape)
 
     @property
     def name(self) -> str:
@@ -149,21 +203,35 @@ def build_pools(
     policies: Sequence[PolicySpec],
     reservations: Sequence[ReservationSpec],
     leases: Sequence[Lease],
+    memory: Memory | None = None,
 ) -> dict[str, PoolState]:
+    """The accounting of every pool at ``now``. With a ``memory``, what follows from a pool's spec or
+    a lease's grant alone is taken from the cycles before, and kept for the ones after."""
     now_ts = now.timestamp()
+    kept_pools = memory.pools if memory is not None else {}
     states: dict[str, PoolState] = {}
     for pool in sorted(pools, key=lambda p: p.name):
-        capacity = {k: v for k, v in pool_capacity(pool).items() if v > 0}
+        facts = kept_pools.get(pool.name)
+        if facts is None or facts.spec is not pool:
+            facts = PoolFacts.of(pool)
+            if memory is not None:
+                kept_pools[pool.name] = facts
+        elif facts.devices is not None:
+            facts.devices.reset()
         states[pool.name] = PoolState(
             spec=pool,
-            capacity=capacity,
-            forms=frozenset(pool.forms) if pool.forms is not None else frozenset(Form),
-            free=dict(capacity),
+            capacity=facts.capacity,
+            forms=facts.forms,
+            free=dict(facts.capacity),
             held={},
             quotas={},
-            devices=DeviceMap(pool) if pool.inventory is not None else None,
+            devices=facts.devices,
             windows={},
+            facts=facts,
         )
+    if memory is not None and len(kept_pools) > len(states):
+        for name in [name for name in kept_pools if name not in states]:
+            del kept_pools[name]
     for policy in sorted(policies, key=lambda p: (p.pool, p.subject)):
         state = states.get(policy.pool)
         if state is None:
@@ -185,42 +253,45 @@ def build_pools(
         quota = _quota(state, reservation.subject)
         if start <= now_ts:
             add_into(quota.reserved, reservation.resources)
-    # Fields are read through ``__dict__``: a snapshot holds thousands of leases, and pydantic's
-    # attribute access costs several times more than a dict lookup.
-    for lease in sorted(leases, key=attrgetter("id")):
+    _account_leases(states, sorted(leases, key=attrgetter("id")), memory)
+    return states
+
+
+def _account_leases(states: dict[str, PoolState], leases: list[Lease], memory: Memory | None) -> None:
+    """Charge every live lease to its subject and pool and occupy its devices. This runs for every
+    lease in every cycle, so it reads each lease's mutable fields only (its state and who preempted
+    it) when the memory already knows the lease."""
+    known = memory.leases if memory is not None else {}
+    for lease in leases:
         fields = lease.__dict__
-        state = states.get(fields["pool"])
+        view = known.get(fields["id"])
+        if view is None:
+            view = LeaseView.of(lease)
+            if memory is not None:
+                known[view.id] = view
+        state = states.get(view.pool)
         if state is None:
             continue
-        subject, resources = fields["subject"], fields["resources"]
+        subject, resources = view.subject, view.resources
         preempting = fields["state"] == RequestState.PREEMPTING
+        view.preempting, view.preempted_for = preempting, fields["preempted_for"]
         quota = state.quotas.get(subject) or _quota(state, subject)
         usage, free = quota.usage, state.free
         for key, amount in resources.items():
             usage[key] = usage.get(key, 0) + amount
             if key in free:
                 free[key] -= amount
-        if preempting:
-            add_into(quota.leaving, resources)
-        view = LeaseView(
-            fields["id"],
-            subject,
-            resources,
-            fields["borrowed"],
-            fields["priority"],
-            fields["preemptible"],
-            fields["granted_at"].timestamp(),
-            preempting,
-            fields["preempted_for"],
-            lease,
-        )
         quota.leases.append(view)
         if preempting:
+            add_into(quota.leaving, resources)
             state.preempting.append(view)
-        if state.devices is not None:
-            view.held = state.devices.resolve(fields["placement"])
-            state.devices.apply(view.held)
-    return states
+        devices = state.devices
+        if devices is not None:
+            if view.resolved_on is not devices:
+                view.held, view.resolved_on = devices.resolve(fields["placement"]), devices
+            devices.apply(view.held)
+    if memory is not None and len(known) > 2 * len(leases) + 1024:
+        memory.leases = {lease.__dict__["id"]: known[lease.__dict__["id"]] for lease in leases}
 
 
 def _quota(state: PoolState, subject: str) -> SubjectQuota:

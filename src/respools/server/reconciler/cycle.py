@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from respools.model import EventKind
-from respools.scheduling import GroupKeys, schedule
+from respools.scheduling import Memory, schedule
 from respools.server.db.database import Tx
 from respools.server.db.tables import HOSTS
 from respools.server.definitions import Definitions, DefinitionsCache, bump_config
@@ -25,15 +25,15 @@ class CycleTimings:
 
 
 def run_cycle(
-    tx: Tx, cache: DefinitionsCache, timings: CycleTimings | None = None, keys: GroupKeys | None = None
+    tx: Tx, cache: DefinitionsCache, timings: CycleTimings | None = None, memory: Memory | None = None
 ) -> CycleOutcome:
-    """Decide and record everything due at ``tx.now``; the caller commits. ``keys`` is the leader's
-    memo of the queue's group keys (``schedule``)."""
+    """Decide and record everything due at ``tx.now``; the caller commits. ``memory`` is what the leader
+    keeps from one cycle to the next (``schedule``)."""
     t0 = time.perf_counter()
     definitions = cache.within(tx.conn).with_fresh_hosts(tx.conn)
     cycle = load_snapshot(tx.conn, definitions, tx.now)
     t1 = time.perf_counter()
-    decisions = schedule(cycle.snapshot, keys)
+    decisions = schedule(cycle.snapshot, memory)
     t2 = time.perf_counter()
     if tx.is_postgres:
         # Sequence what API transactions logged *before* this cycle's own events: the releases this

@@ -9,7 +9,7 @@ import threading
 import time
 from enum import StrEnum
 
-from respools.scheduling import GroupKeys
+from respools.scheduling import Memory
 from respools.server.backends import WorkloadStopper
 from respools.server.changes import Changes
 from respools.server.db.database import Database
@@ -51,9 +51,9 @@ class Reconciler:
     ) -> None:
         self._db = db
         self._cache = cache
-        self._group_keys = GroupKeys()
-        """Kept for the process's life: request ids are never reused and a request's spec never
-        changes, so what the core derived from one stays true whoever leads."""
+        self._memory = Memory()
+        """Kept for the process's life: ids are never reused and what they name never changes, so
+        what the core derived from them stays true whoever leads."""
         self._settings = settings
         self._metrics = metrics
         self._stopper = stopper
@@ -141,7 +141,7 @@ class Reconciler:
         timings = CycleTimings()
         started = time.perf_counter()
         try:
-            outcome = self._leadership.run(lambda tx: run_cycle(tx, self._cache, timings, self._group_keys))
+            outcome = self._leadership.run(lambda tx: run_cycle(tx, self._cache, timings, self._memory))
         except LostLeadership as exc:
             self.role = Role.FOLLOWER
             self._metrics.leader.set(0)
