@@ -264,9 +264,11 @@ async def load(url: str, token: str, clients: int, seconds: float) -> tuple[int,
     return sum(counts), latencies, errors, elapsed
 
 
-def measure(store: str, url: str, clients: int, seconds: float, processes: int) -> Figures:
+def measure(store: str, url: str, clients: int, seconds: float, processes: int, database: str | None = None) -> Figures:
     token = define_world(url)
     asyncio.run(load(url, token, 4, 1.0))  # warm up: connections, prepared statements, caches
+    if database is not None:
+        analyze(database)
     _, light, _, _ = asyncio.run(load(url, token, 1, min(5.0, seconds)))
     count, latencies, errors, elapsed = asyncio.run(load(url, token, clients, seconds))
     return Figures(
@@ -282,6 +284,15 @@ def measure(store: str, url: str, clients: int, seconds: float, processes: int) 
         errors=errors,
         server_processes=processes,
     )
+
+
+def analyze(database: str) -> None:
+    """Give PostgreSQL's planner the statistics that autovacuum gives any service that has run for a
+    minute. Without them, the plans prepared while the tables were empty stay cached for the whole run,
+    and one of them (a lease found by id and subject) walks every lease the subject ever held through
+    the subject index, so each lifecycle would cost more than the one before."""
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("ANALYZE")
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -338,7 +349,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per store")
     parser.add_argument("--clients", type=int, default=32, help="concurrent clients under load")
     parser.add_argument("--stores", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
-    parser.add_argument("--pg-workers", type=int, default=1, help="server processes on PostgreSQL")
+    parser.add_argument(
+        "--pg-workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="server processes on PostgreSQL (default: one per core, as a deployment on this machine would run)",
+    )
     parser.add_argument("--pg", default=os.environ.get("RESPOOLS_BENCH_PG", DEFAULT_PG), help="admin DSN")
     parser.add_argument("--pgbench-seconds", type=int, default=10)
     args = parser.parse_args(argv)
@@ -353,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
                     report.figures.append(measure("sqlite", url, args.clients, args.duration, 1))
             elif store == "postgres":
                 with scratch_database(args.pg, "respools_bench") as db, server(db, args.pg_workers, logs) as url:
-                    report.figures.append(measure("postgres", url, args.clients, args.duration, args.pg_workers))
+                    figures = measure("postgres", url, args.clients, args.duration, args.pg_workers, database=db)
+                    report.figures.append(figures)
             else:
                 parser.error(f"unknown store {store!r}")
         if "postgres" in stores:
