@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
+from datetime import timedelta
 from typing import Any
 
 from respools.model import PolicySpec, PoolSpec
+from respools.scheduling import Snapshot
 from respools.simulation import T0, Simulation
 
 Sim = Simulation
-__all__ = ["T0", "Sim", "policy", "pool"]
+__all__ = ["T0", "Sim", "as_seen", "play", "policy", "pool"]
 
 
 def pool(
@@ -52,4 +55,27 @@ def policy(
             "limit": limit,
             "weight": weight,
         }
+    )
+
+
+def play(sim: Sim, kind: str, rnd: random.Random) -> None:
+    """The events every random history shares: a holder releases (``release``), holders under notice
+    step aside (``yield``), the clock moves on (``tick``); any other kind changes nothing here."""
+    if kind == "release" and sim.live():
+        sim.release(rnd.choice(sorted(lease.id for lease in sim.live())))
+    elif kind == "yield":
+        sim.release_preempting()
+    elif kind == "tick":
+        sim.now += timedelta(seconds=1)
+
+
+def as_seen(snapshot: Snapshot) -> Snapshot:
+    """The sim mutates its leases, requests and definition lists as it goes; keep what the cycle saw."""
+    return Snapshot(
+        now=snapshot.now,
+        pools=list(snapshot.pools),
+        policies=list(snapshot.policies),
+        leases=[lease.model_copy(deep=True) for lease in snapshot.leases],
+        requests=[request.model_copy(deep=True) for request in snapshot.requests],
+        reservations=list(snapshot.reservations),
     )

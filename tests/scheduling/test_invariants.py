@@ -13,7 +13,7 @@ from respools.model import MILLI, Lease, PreemptReason, RequestState
 from respools.scheduling import Decisions, Snapshot, pool_capacity, schedule
 
 from .inventory import host
-from .sim import Sim, policy, pool
+from .sim import Sim, as_seen, play, policy, pool
 
 SUBJECTS = ["a", "b", "c", "d"]
 
@@ -121,27 +121,11 @@ def test_invariants_hold_over_random_histories(sim: Sim, events: list[tuple[str,
                 gpu=gpu,
                 max_retries=n % 2,
             )
-        elif kind == "release" and sim.live():
-            sim.release(rnd.choice(sorted(lease.id for lease in sim.live())))
-        elif kind == "yield":
-            sim.release_preempting()
-        elif kind == "tick":
-            sim.now += timedelta(seconds=1)
-        before = _frozen(sim.snapshot())
+        else:
+            play(sim, kind, rnd)
+        before = as_seen(sim.snapshot())
         d = sim.step()
         _check(sim, before, d)
-
-
-def _frozen(s: Snapshot) -> Snapshot:
-    """The sim mutates its leases and requests as it applies decisions; keep what the cycle saw."""
-    return Snapshot(
-        now=s.now,
-        pools=s.pools,
-        policies=s.policies,
-        leases=[lease.model_copy(deep=True) for lease in s.leases],
-        requests=[r.model_copy(deep=True) for r in s.requests],
-        reservations=s.reservations,
-    )
 
 
 @settings(max_examples=150, deadline=None)

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from respools.model import ReservationSpec
-from respools.scheduling import Memory, Snapshot, schedule
+from respools.scheduling import Memory, schedule
 
 from .inventory import host
-from .sim import Sim, policy, pool
+from .sim import Sim, as_seen, play, policy, pool
 
 SUBJECTS = ["a", "b", "c"]
 HOSTS = [host("h0", 4, zone="z1"), host("h1", 4, zone="z2"), host("h2", 2, zone="z1")]
@@ -93,18 +93,6 @@ def _add_reservation(sim: Sim, rnd: random.Random) -> None:
     )
 
 
-def _as_seen(s: Snapshot) -> Snapshot:
-    """The sim mutates its leases and requests as it applies decisions; keep what the cycle saw."""
-    return Snapshot(
-        now=s.now,
-        pools=list(s.pools),
-        policies=list(s.policies),
-        leases=[lease.model_copy(deep=True) for lease in s.leases],
-        requests=[request.model_copy(deep=True) for request in s.requests],
-        reservations=list(s.reservations),
-    )
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(EVENT, min_size=5, max_size=40), st.randoms(use_true_random=False))
 def test_a_remembering_cycle_decides_as_a_fresh_one(events: list[str], rnd: random.Random) -> None:
@@ -120,12 +108,6 @@ def test_a_remembering_cycle_decides_as_a_fresh_one(events: list[str], rnd: rand
                 selectors=rnd.choice([{}, {}, {"zone": "z1"}]),
                 max_retries=1,
             )
-        elif kind == "release" and sim.live():
-            sim.release(rnd.choice(sorted(lease.id for lease in sim.live())))
-        elif kind == "yield":
-            sim.release_preempting()
-        elif kind == "tick":
-            sim.now += timedelta(seconds=1)
         elif kind == "policy":
             _change_policy(sim, rnd)
         elif kind == "inventory":
@@ -134,7 +116,9 @@ def test_a_remembering_cycle_decides_as_a_fresh_one(events: list[str], rnd: rand
             _add_reservation(sim, rnd)
         elif kind == "drain":
             _toggle_draining(sim, rnd)
-        fresh = schedule(_as_seen(sim.snapshot()))
+        else:
+            play(sim, kind, rnd)
+        fresh = schedule(as_seen(sim.snapshot()))
         remembered = schedule(sim.snapshot(), memory)
         assert remembered == fresh
         if kind != "lost":
