@@ -129,7 +129,10 @@ class _Cycle:
         memory = self.memory
         groups = memory.groups if memory is not None else GroupKeys()
         members = bucketed(requests, groups)
-        kept = self._kept_eligibility(groups)
+        s = self.snapshot
+        kept: dict[int, KeptEligibility] = (
+            {} if memory is None else memory.eligibility_for(s.now, s.pools, s.policies, s.reservations)
+        )
         heads: list[RequestView] = []
         nominated: list[RequestView] = []
         classified: dict[int, Eligibility] = {}
@@ -167,18 +170,6 @@ class _Cycle:
         heads.sort(key=_queue_order)
         nominated.sort(key=_queue_order)
         return heads, nominated
-
-    def _kept_eligibility(self, groups: GroupKeys) -> dict[int, KeptEligibility]:
-        """What earlier cycles found of each eligibility class, where they had the same definitions
-        (else nothing); kept no larger than the classes the queue still has."""
-        if self.memory is None:
-            return {}
-        s = self.snapshot
-        kept = self.memory.eligibility_for(s.now, s.pools, s.policies, s.reservations)
-        if len(kept) > 2 * len(groups.classes) + 1024:
-            live = set(groups.classes.values())
-            kept = self.memory.eligibility = {number: found for number, found in kept.items() if number in live}
-        return kept
 
     def _classify(self, rv: RequestView, names: list[str]) -> Eligibility:
         """The group's candidate pools, or its rejection when none is eligible."""

@@ -51,10 +51,15 @@ class Memory:
         reservations: Sequence[ReservationSpec],
     ) -> dict[int, KeptEligibility]:
         """The kept eligibility, emptied first unless the cycle has the same definitions as the one
-        it was judged on: the same pool, policy and unended reservation objects."""
+        it was judged on (the same pool, policy and unended reservation objects), and kept no larger
+        than the classes the queue still has."""
         definitions = (*pools, None, *policies, None, *(r for r in reservations if r.end > now))
         kept = self.definitions
         if len(kept) != len(definitions) or any(a is not b for a, b in zip(kept, definitions, strict=True)):
             self.eligibility = {}
             self.definitions = definitions
+        classes = self.groups.classes
+        if len(self.eligibility) > 2 * len(classes) + 1024:
+            live = set(classes.values())
+            self.eligibility = {number: found for number, found in self.eligibility.items() if number in live}
         return self.eligibility
