@@ -16,6 +16,7 @@ from respools.server.auth import TokenCache
 from respools.server.backends import WorkloadStopper
 from respools.server.changes import ChangeBus
 from respools.server.db.database import Database, DatabaseUnavailable
+from respools.server.db.group_commit import GroupCommit
 from respools.server.db.migrate import current_revision, head_revision, upgrade
 from respools.server.definitions import DefinitionsCache
 from respools.server.listener import PgListener
@@ -41,6 +42,8 @@ class Services:
     metrics: Metrics
     reconciler: Reconciler
     stopper: WorkloadStopper
+    writes: GroupCommit
+    """The hot path's writes (submit, heartbeat, release), committed in batches."""
     listener: PgListener | None = None
     request_watch: RequestWatch | None = None
     event_feed: EventFeed | None = None
@@ -56,7 +59,7 @@ class Services:
         metrics = Metrics()
         stopper = WorkloadStopper()
         reconciler = Reconciler(db, definitions, settings, metrics, stopper)
-        services = cls(settings, db, bus, definitions, tokens, metrics, reconciler, stopper)
+        services = cls(settings, db, bus, definitions, tokens, metrics, reconciler, stopper, GroupCommit(db))
         bus.subscribe(definitions.on_changes)
         bus.subscribe(tokens.on_changes)
         bus.subscribe(reconciler.on_changes)
@@ -95,6 +98,7 @@ class Services:
         if self.listener is not None:
             self.listener.stop()
         self.stopper.shutdown()
+        self.writes.stop()
         self.db.dispose()
         self.started = False
 

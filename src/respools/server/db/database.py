@@ -12,7 +12,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -49,6 +49,23 @@ class Tx:
     now: datetime
     is_postgres: bool
     changes: Changes = field(default_factory=Changes)
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The outcome of a work in a batch that raised ``error``."""
+
+    error: Exception
+
+
+def _without_failed(
+    todo: list[int], current: int | None, failure: Failed, outcomes: dict[int, T | Failed]
+) -> list[int]:
+    """``todo`` after ``failure``: only the work ``current`` failed, or every one left when ``None``."""
+    failed = todo if current is None else [current]
+    for index in failed:
+        outcomes[index] = failure
+    return [index for index in todo if index not in failed]
 
 
 def is_retryable(exc: DBAPIError) -> bool:
@@ -97,23 +114,52 @@ class Database:
         an fsync, ~4 ms here). Only for changes whose loss in a *database* crash errs on the safe side —
         a heartbeat, a release: the lease would look alive a little longer and then expire. A grant never
         relies on such a change being lost: the grant's own durable commit flushes all WAL before it."""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+        (outcome,) = self.write_batch([work], durable=durable)
+        if isinstance(outcome, Failed):
+            raise outcome.error
+        return outcome
+
+    def write_batch(self, works: Sequence[Callable[[Tx], T]], *, durable: bool = True) -> list[T | Failed]:
+        """Run several callers' ``works`` in one transaction and one commit (group commit), in order.
+
+        The outcome of each is what it returned or, as :class:`Failed`, what it raised. A work that raises
+        takes nothing of the others down: the transaction is rolled back and run again without it, so the
+        commit holds exactly the works that succeeded, each having seen the ones before it — as if each
+        had run alone, one after the other. A retry the database asks for runs the whole batch again."""
+        outcomes: dict[int, T | Failed] = {}
+        todo = list(range(len(works)))
+        attempt = 0
+        while todo:
+            attempt += 1
+            current: int | None = None
             try:
                 with self._serialized(), self.write_engine.connect() as conn:
                     if not durable and self.is_postgres:
                         conn.execution_options(**{LAZY_COMMIT: True})  # see engine._begin_in_one_round_trip
                     with conn.begin():
                         tx = Tx(conn=conn, now=utcnow(), is_postgres=self.is_postgres)
-                        result = work(tx)
+                        results: list[T] = []
+                        for current in todo:
+                            results.append(works[current](tx))
+                        current = None  # a failure from here on is the commit's, not one work's
+                outcomes.update(zip(todo, results, strict=True))
                 self.announce(tx.changes)
-                return result
+                todo = []
             except DBAPIError as exc:
-                if not is_retryable(exc) or attempt == MAX_ATTEMPTS:
-                    if exc.connection_invalidated or isinstance(exc, OperationalError):
-                        raise DatabaseUnavailable(str(exc.orig)) from exc
+                if is_retryable(exc) and attempt < MAX_ATTEMPTS:
+                    time.sleep(random.uniform(0, 0.002 * 2**attempt))
+                    continue
+                error: Exception = exc
+                if exc.connection_invalidated or isinstance(exc, OperationalError):
+                    error = DatabaseUnavailable(str(exc.orig))
+                    error.__cause__ = exc
+                    current = None  # the database failed, not the work: every work left gets the error
+                todo = _without_failed(todo, current, Failed(error), outcomes)
+            except Exception as exc:  # a work refused (an ApiError) or broke: it alone fails
+                if current is None:
                     raise
-                time.sleep(random.uniform(0, 0.002 * 2**attempt))
-        raise AssertionError("unreachable")
+                todo = _without_failed(todo, current, Failed(exc), outcomes)
+        return [outcomes[i] for i in range(len(works))]
 
     def announce(self, changes: Changes) -> None:
         """Tell this process (the bus) and the other replicas (NOTIFY, after the commit) what changed."""

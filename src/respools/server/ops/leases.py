@@ -10,6 +10,7 @@ from respools.model import EventKind, Lease, PreemptReason, RequestState
 from respools.server.auth import require_owner, require_writer, visible_subject
 from respools.server.codec import lease_of
 from respools.server.db.database import Database, Tx
+from respools.server.db.group_commit import GroupCommit
 from respools.server.db.statements import (
     LEASE_BY_ID,
     LEASE_BY_ID_LOCKED,
@@ -61,7 +62,7 @@ def list_leases(
     return [lease_of(row) for row in db.read(lambda conn: list(conn.execute(query).mappings()))]
 
 
-def heartbeat(db: Database, defs: DefinitionsCache, principal: Principal, lease_id: str) -> Lease:
+async def heartbeat(writes: GroupCommit, defs: DefinitionsCache, principal: Principal, lease_id: str) -> Lease:
     """Renew a lease for the pool's TTL; the first heartbeat marks it active. The answer carries the
     state, so a holder learns of preemption (and its deadline) here."""
     require_writer(principal)
@@ -86,10 +87,10 @@ def heartbeat(db: Database, defs: DefinitionsCache, principal: Principal, lease_
         update_lease(tx, lease_id, expires_at=expires_at)
         return lease.model_copy(update={"expires_at": expires_at})
 
-    return db.write(work, durable=False)
+    return await writes.write(work, durable=False)
 
 
-def release_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
+async def release_lease(writes: GroupCommit, principal: Principal, lease_id: str) -> Lease:
     """Give a lease back. Releasing a preempting lease completes its preemption (and requeues its request
     when retries remain). Releasing a lease that has ended already changes nothing."""
     require_writer(principal)
@@ -116,7 +117,7 @@ def release_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
         # from that rather than reading it again.
         return lease.model_copy(update={"state": ended, "released_at": tx.now})
 
-    return db.write(work, durable=False)
+    return await writes.write(work, durable=False)
 
 
 def _release_uncontested(tx: Tx, principal: Principal, lease_id: str) -> Lease | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime
 
@@ -12,6 +13,7 @@ from respools.model import EventKind, Request, RequestSpec, RequestState, Role
 from respools.server.auth import require_owner, require_writer
 from respools.server.codec import request_of, request_spec_document
 from respools.server.db.database import Database, Tx
+from respools.server.db.group_commit import GroupCommit
 from respools.server.db.statements import (
     INSERT_REQUEST_OF_SUBJECT,
     LEASE_BY_ID_LOCKED,
@@ -73,8 +75,8 @@ def _replay(row: sa.RowMapping, spec: RequestSpec) -> Request:
     return request_of(row)
 
 
-def submit(
-    db: Database,
+async def submit(
+    writes: GroupCommit,
     defs: DefinitionsCache,
     principal: Principal,
     spec: RequestSpec,
@@ -83,17 +85,19 @@ def submit(
 ) -> tuple[Request, bool]:
     """Queue a request; a retry with the same idempotency key returns the first one (``created`` false).
 
-    ``request_id`` lets a caller that wants to wait for the decision watch the id before it exists."""
+    ``request_id`` lets a caller that wants to wait for the decision watch the id before it exists. The
+    insert joins the group commit; a conflict on the idempotency key (a retry racing the first request)
+    is answered by reading the request that won."""
     subject = subject_for(principal, spec)
     if header_key is not None and spec.idempotency_key is not None and header_key != spec.idempotency_key:
         raise invalid("the Idempotency-Key header and the body's idempotency_key differ: send one", "idempotency_key")
     key = header_key if header_key is not None else spec.idempotency_key
     if key is not None and not 0 < len(key) <= 200:
         raise invalid("an idempotency key has 1 to 200 characters", "idempotency_key")
-    _check_pools(defs, spec)
     document = request_spec_document(spec)
 
     def work(tx: Tx) -> tuple[Request, bool]:
+        _check_pools(defs, spec)  # here, off the event loop: the definitions may need reading
         if key is not None:
             row = _existing(tx.conn, subject, key)
             if row is not None:
@@ -134,11 +138,11 @@ def submit(
     new_id = request_id or new_request_id()
 
     try:
-        return db.write(work)
+        return await writes.write(work)
     except IntegrityError:
         if key is None:
             raise
-        row = db.read(lambda conn: _existing(conn, subject, key))
+        row = await asyncio.to_thread(writes.db.read, lambda conn: _existing(conn, subject, key))
         if row is None:
             raise
         return _replay(row, spec), False

@@ -48,8 +48,8 @@ def get_lease(lease_id: str, services: ServicesDep, principal: Auth) -> Lease:
     description="The answer's `state` is `preempting` once the lease got notice; `preempt_deadline` says when "
     "it will be revoked. 409 when the lease has ended.",
 )
-def heartbeat(lease_id: str, services: ServicesDep, principal: Auth) -> Response:
-    return model_answer(leases.heartbeat(services.db, services.definitions, principal, lease_id))
+async def heartbeat(lease_id: str, services: ServicesDep, principal: Auth) -> Response:
+    return model_answer(await leases.heartbeat(services.writes, services.definitions, principal, lease_id))
 
 
 @router.post(
@@ -59,8 +59,8 @@ def heartbeat(lease_id: str, services: ServicesDep, principal: Auth) -> Response
     description="Releasing a preempting lease completes the preemption and requeues the request while retries "
     "remain. Releasing an ended lease changes nothing.",
 )
-def release(lease_id: str, services: ServicesDep, principal: Auth) -> Response:
-    return model_answer(leases.release_lease(services.db, principal, lease_id))
+async def release(lease_id: str, services: ServicesDep, principal: Auth) -> Response:
+    return model_answer(await leases.release_lease(services.writes, principal, lease_id))
 
 
 @router.post("/{lease_id}/preempt", response_model=Lease, summary="Preempt a lease (admin)")

@@ -98,8 +98,8 @@ async def submit(
     _timeout(services, wait, "wait")
     new_id = requests.new_request_id()
     with _watch(services).watch(new_id) as changed:  # watching before the insert: no change can slip by
-        request, created = await run_in_threadpool(
-            requests.submit, services.db, services.definitions, principal, spec, idempotency_key, new_id
+        request, created = await requests.submit(
+            services.writes, services.definitions, principal, spec, idempotency_key, new_id
         )
         if wait > 0 and request.state == RequestState.PENDING:
             if created:
