@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +126,9 @@ def test_concurrent_callers_share_transactions_and_each_hears_its_own_outcome(db
         )
 
     try:
-        outcomes = asyncio.run(main())
+        # A loop of its own, on a thread of its own: an earlier test's loop may still be running here.
+        with ThreadPoolExecutor(1) as thread:
+            outcomes = thread.submit(asyncio.run, main()).result()
     finally:
         writes.stop()
     assert outcomes[:40] == [f"c{i}" for i in range(40)]
