@@ -37,16 +37,14 @@ class _Job:
     future: asyncio.Future[Any]
 
 
-_STOP = object()
-
-
 class GroupCommit:
     """One writer thread that commits queued works in batches (see the module's docstring)."""
 
     def __init__(self, db: Database, max_batch: int = MAX_BATCH) -> None:
         self.db = db
         self._max_batch = max_batch
-        self._queue: queue.SimpleQueue[_Job | object] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        """Works to commit; ``None`` asks the thread to end."""
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
@@ -65,7 +63,7 @@ class GroupCommit:
         with self._lock:
             thread, self._thread = self._thread, None
         if thread is not None:
-            self._queue.put(_STOP)
+            self._queue.put(None)
             thread.join(timeout)
 
     def _ensure_started(self) -> None:
@@ -79,7 +77,7 @@ class GroupCommit:
     def _run(self) -> None:
         while True:
             first = self._queue.get()
-            if first is _STOP:
+            if first is None:
                 return
             batch = [first]
             stopping = False
@@ -88,11 +86,11 @@ class GroupCommit:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP:
+                if item is None:
                     stopping = True
                     break
                 batch.append(item)
-            self._commit([job for job in batch if isinstance(job, _Job)])
+            self._commit(batch)
             if stopping:
                 return
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
+from starlette.concurrency import run_in_threadpool
 
 from respools.model import EventKind, Request, RequestSpec, RequestState, Role
 from respools.server.auth import require_owner, require_writer
@@ -142,7 +142,7 @@ async def submit(
     except IntegrityError:
         if key is None:
             raise
-        row = await asyncio.to_thread(writes.db.read, lambda conn: _existing(conn, subject, key))
+        row = await run_in_threadpool(writes.db.read, lambda conn: _existing(conn, subject, key))
         if row is None:
             raise
         return _replay(row, spec), False
