@@ -1,12 +1,14 @@
 """Group commit on both stores: the works of a batch share one transaction, yet each one's outcome is
 what it would have been alone — a work that fails takes nothing of the others down, a retry the database
-asks for runs the whole batch again and commits it once, and what the batch changed is announced once."""
+asks for runs the whole batch again and commits it once, and what the batch changed is announced once.
+Works of one kind are done together, and whatever goes wrong there is sorted out by running them alone."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from respools.server.changes import Changes
 from respools.server.db.database import Database, Failed, Tx
 from respools.server.db.group_commit import GroupCommit
+from respools.server.db.joined import ALONE, Alone, Joinable, Kind, RunAlone
 from respools.server.db.migrate import upgrade
 from respools.server.db.tables import COUNTERS
 from respools.server.settings import Settings
@@ -136,3 +139,70 @@ def test_concurrent_callers_share_transactions_and_each_hears_its_own_outcome(db
     assert set(counters(db)) == {f"c{i}" for i in range(40)}
     assert 1 <= len(announced) < 40, "the queued writes were committed in batches"
     assert set().union(*(c.requests for c in announced)) == {f"c{i}" for i in range(40)}
+
+
+# -- works done together (respools.server.db.joined) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Inserts(Kind[str, str]):
+    """Inserts counters together; hands back names starting with ``alone-``."""
+
+    calls: list[list[str]] = field(default_factory=list, compare=False, hash=False)
+    fail: Exception | None = field(default=None, compare=False, hash=False)
+
+    def together(self, tx: Tx, items: Sequence[str]) -> list[str | Alone]:
+        self.calls.append(list(items))
+        joined = [name for name in items if not name.startswith("alone-")]
+        if joined:
+            tx.conn.execute(sa.insert(COUNTERS), [{"name": name, "value": 1} for name in joined])
+        if self.fail is not None:
+            raise self.fail
+        return [ALONE if name.startswith("alone-") else f"{name} together" for name in items]
+
+
+def joinable(kind: Inserts, name: str) -> Joinable[str, str]:
+    return Joinable(kind, name, insert(name))
+
+
+def test_works_of_a_kind_are_done_together_and_the_rest_alone(db: Database) -> None:
+    kind = Inserts()
+    works: list[Callable[[Tx], str]] = [
+        joinable(kind, "a"),
+        insert("plain"),
+        joinable(kind, "alone-b"),
+        joinable(kind, "c"),
+    ]
+    assert db.write_batch(works) == ["a together", "plain", "alone-b", "c together"]
+    assert kind.calls == [["a", "alone-b", "c"]]
+    assert counters(db) == {"a": 1, "plain": 1, "alone-b": 1, "c": 1}
+
+
+def test_a_kind_with_one_work_in_the_batch_runs_it_alone(db: Database) -> None:
+    kind = Inserts()
+    works: list[Callable[[Tx], str]] = [joinable(kind, "a"), insert("b")]
+    assert db.write_batch(works) == ["a", "b"]
+    assert kind.calls == []
+
+
+@pytest.mark.parametrize("failure", ["database", "run-alone"])
+def test_a_failure_while_done_together_runs_every_work_alone(db: Database, failure: str) -> None:
+    """A constraint broken inside the set-based statements can belong to any of their works: each runs
+    alone then, and only the culprit fails."""
+    db.write(insert("taken"))
+    fail = RunAlone("a row moved") if failure == "run-alone" else None
+    kind = Inserts(fail=fail)
+    works: list[Callable[[Tx], str]] = [
+        joinable(kind, "a"),
+        joinable(kind, "taken" if fail is None else "b"),
+        joinable(kind, "c"),
+    ]
+    outcomes = db.write_batch(works)
+    assert len(kind.calls) == 1, "done together once, then alone"
+    assert outcomes[0] == "a" and outcomes[2] == "c"
+    if fail is None:
+        assert isinstance(outcomes[1], Failed) and isinstance(outcomes[1].error, IntegrityError)
+        assert counters(db) == {"taken": 1, "a": 1, "c": 1}
+    else:
+        assert outcomes[1] == "b"
+        assert counters(db) == {"taken": 1, "a": 1, "b": 1, "c": 1}

@@ -7,12 +7,15 @@ restarts, for the grant-latency metric.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import sqlalchemy as sa
 
 from respools.model import EventKind, Lease, RequestState
 from respools.server.db.database import Tx
 from respools.server.db.statements import update_by_id
+from respools.server.db.tables import REQUESTS
 from respools.server.events import event_row
 
 LIVE = frozenset({RequestState.GRANTED.value, RequestState.ACTIVE.value, RequestState.PREEMPTING.value})
@@ -28,6 +31,16 @@ def update_request(tx: Tx, request_id: str, **values: Any) -> None:
 def update_lease(tx: Tx, lease_id: str, **values: Any) -> None:
     statement = update_by_id("leases", tuple(values))
     tx.conn.execute(statement, {"k_id": lease_id, **{f"v_{k}": v for k, v in values.items()}})
+
+
+def bulk_update(tx: Tx, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
+    """``UPDATE table SET … WHERE id = …`` for rows that all set the same columns (each has ``id``), as
+    one ``executemany`` (pipelined by psycopg: one round trip)."""
+    if not rows:
+        return
+    columns = tuple(c for c in rows[0] if c != "id")
+    statement = update_by_id(table.name, columns)
+    tx.conn.execute(statement, [{"k_id": r["id"], **{f"v_{c}": r[c] for c in columns}} for r in rows])
 
 
 def _lease_event(tx: Tx, kind: EventKind, lease: Lease, message: str, **data: Any) -> dict[str, Any]:
@@ -94,15 +107,21 @@ def complete_preemption(tx: Tx, lease: Lease, request: Mapping[Any, Any], how: s
 def release(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
     """End a granted or active lease normally: its request is done."""
     update_lease(tx, lease.id, state=RequestState.RELEASED.value, released_at=tx.now)
-    return released(tx, lease, how)
+    return released(tx, [lease], how)
 
 
-def released(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
-    """What :func:`release` does after marking the lease, for a caller that marked it itself (in the
-    statement that also found it)."""
-    update_request(tx, lease.request_id, state=RequestState.RELEASED.value, reason=None)
+def released(tx: Tx, leases: Sequence[Lease], how: str) -> list[dict[str, Any]]:
+    """What :func:`release` does after marking the leases, for a caller that marked them itself (in the
+    statement that also found them, or all at once)."""
+    done = RequestState.RELEASED.value
+    bulk_update(
+        tx,
+        REQUESTS,
+        [{"id": lease.request_id, "state": done, "reason": None, "updated_at": tx.now} for lease in leases],
+    )
+    tx.changes.requests.update(lease.request_id for lease in leases)
     tx.changes.wake = True
-    return [_lease_event(tx, EventKind.RELEASED, lease, f"lease {lease.id} released: {how}")]
+    return [_lease_event(tx, EventKind.RELEASED, lease, f"lease {lease.id} released: {how}") for lease in leases]
 
 
 def expire(tx: Tx, lease: Lease, why: str) -> list[dict[str, Any]]:

@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from respools.server.changes import ChangeBus, Changes
 from respools.server.db.engine import LAZY_COMMIT, postgres_engine, sqlite_engine
+from respools.server.db.joined import RunAlone, run_joined
 from respools.server.db.notifier import Notifier
 from respools.server.settings import Settings
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # serialization failure, deadlock detected
 MAX_ATTEMPTS = 6
+JOINED = -1
+"""Where a batch is while its kinds run together (see :mod:`.joined`), in place of a work's index."""
 
 
 class DatabaseUnavailable(RuntimeError):
@@ -120,15 +123,18 @@ class Database:
         return outcome
 
     def write_batch(self, works: Sequence[Callable[[Tx], T]], *, durable: bool = True) -> list[T | Failed]:
-        """Run several callers' ``works`` in one transaction and one commit (group commit), in order.
+        """Run several callers' ``works`` in one transaction and one commit (group commit).
 
-        The outcome of each is what it returned or, as :class:`Failed`, what it raised. A work that raises
-        takes nothing of the others down: the transaction is rolled back and run again without it, so the
-        commit holds exactly the works that succeeded, each having seen the ones before it — as if each
-        had run alone, one after the other. A retry the database asks for runs the whole batch again."""
+        The outcome of each is what it returned or, as :class:`Failed`, what it raised. Works of a
+        :class:`~respools.server.db.joined.Kind` are done together first (see :mod:`.joined`), the rest
+        in order. A work that raises takes nothing of the others down: the transaction is rolled back and
+        run again without it, so the commit holds exactly the works that succeeded, as if each had run
+        alone, one after the other. A retry the database asks for runs the whole batch again; a failure
+        while kinds run together runs the batch again with every work alone, which finds the culprit."""
         outcomes: dict[int, T | Failed] = {}
         todo = list(range(len(works)))
         attempt = 0
+        join = True
         while todo:
             attempt += 1
             current: int | None = None
@@ -138,16 +144,23 @@ class Database:
                         conn.execution_options(**{LAZY_COMMIT: True})  # see engine._begin_in_one_round_trip
                     with conn.begin():
                         tx = Tx(conn=conn, now=utcnow(), is_postgres=self.is_postgres)
-                        results: list[T] = []
-                        for current in todo:
-                            results.append(works[current](tx))
+                        results: dict[int, T] = {}
+                        alone = todo
+                        if join:
+                            current = JOINED
+                            results, alone = run_joined(tx, works, todo)
+                        for current in alone:
+                            results[current] = works[current](tx)
                         current = None  # a failure from here on is the commit's, not one work's
-                outcomes.update(zip(todo, results, strict=True))
+                outcomes.update(results)
                 self.announce(tx.changes)
                 todo = []
             except DBAPIError as exc:
                 if is_retryable(exc) and attempt < MAX_ATTEMPTS:
                     time.sleep(random.uniform(0, 0.002 * 2**attempt))
+                    continue
+                if current == JOINED:
+                    join = False
                     continue
                 error: Exception = exc
                 if exc.connection_invalidated or isinstance(exc, OperationalError):
@@ -156,6 +169,11 @@ class Database:
                     current = None  # the database failed, not the work: every work left gets the error
                 todo = _without_failed(todo, current, Failed(error), outcomes)
             except Exception as exc:  # a work refused (an ApiError) or broke: it alone fails
+                if current == JOINED:
+                    if not isinstance(exc, RunAlone):
+                        log.exception("works done together failed; running each alone")
+                    join = False
+                    continue
                 if current is None:
                     raise
                 todo = _without_failed(todo, current, Failed(exc), outcomes)

@@ -29,6 +29,10 @@ REQUEST_BY_ID_LOCKED = REQUEST_BY_ID.with_for_update()
 REQUEST_BY_KEY = sa.select(REQUESTS).where(
     REQUESTS.c.subject == sa.bindparam("k_subject"), REQUESTS.c.idempotency_key == sa.bindparam("k_key")
 )
+KEYS_IN_USE = sa.select(REQUESTS.c.subject, REQUESTS.c.idempotency_key).where(
+    sa.tuple_(REQUESTS.c.subject, REQUESTS.c.idempotency_key).in_(sa.bindparam("k_keys", expanding=True))
+)
+"""Which of a list of (subject, idempotency key) pairs (``k_keys``) name a request already."""
 _SUBMITTED = ("id", "subject", "idempotency_key", "state", "spec", "submitted_at", "queued_at", "attempt", "updated_at")
 _SUBJECT_EXISTS = sa.exists().where(SUBJECTS.c.name == sa.bindparam("subject"))
 INSERT_REQUEST_OF_SUBJECT = (
@@ -44,6 +48,13 @@ PENDING_REQUESTS = sa.select(REQUESTS).where(sa.text(PENDING_SQL)).order_by(REQU
 
 LEASE_BY_ID = sa.select(LEASES).where(LEASES.c.id == sa.bindparam("k_id"))
 LEASE_BY_ID_LOCKED = LEASE_BY_ID.with_for_update()
+LEASES_BY_IDS_LOCKED = (
+    sa.select(LEASES)
+    .where(LEASES.c.id.in_(sa.bindparam("k_ids", expanding=True)))
+    .order_by(LEASES.c.id)
+    .with_for_update()
+)
+"""Leases by a list of ids (``k_ids``), locked in id order."""
 INSERT_LEASE = sa.insert(LEASES)
 LIVE_LEASES = sa.select(LEASES).where(sa.text(LIVE_STATES_SQL))
 RELEASE_UNCONTESTED_LEASE = (

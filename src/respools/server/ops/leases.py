@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -11,18 +14,28 @@ from respools.server.auth import require_owner, require_writer, visible_subject
 from respools.server.codec import lease_of
 from respools.server.db.database import Database, Tx
 from respools.server.db.group_commit import GroupCommit
+from respools.server.db.joined import ALONE, Alone, Joinable, Kind
 from respools.server.db.statements import (
     LEASE_BY_ID,
     LEASE_BY_ID_LOCKED,
+    LEASES_BY_IDS_LOCKED,
     RELEASE_UNCONTESTED_LEASE,
     RELEASE_UNCONTESTED_LEASE_OF_SUBJECT,
     REQUEST_BY_ID_LOCKED,
 )
-from respools.server.db.tables import LEASES
+from respools.server.db.tables import LEASES, REQUESTS
 from respools.server.definitions import DefinitionsCache
 from respools.server.errors import conflict, invalid, not_found
 from respools.server.events import append, event_row
-from respools.server.lifecycle import LIVE, complete_preemption, release, released, update_lease, update_request
+from respools.server.lifecycle import (
+    LIVE,
+    bulk_update,
+    complete_preemption,
+    release,
+    released,
+    update_lease,
+    update_request,
+)
 from respools.server.schemas import OveruseReport, PreemptSpec, Principal
 
 DEFAULT_TTL_S = 60.0
@@ -62,12 +75,84 @@ def list_leases(
     return [lease_of(row) for row in db.read(lambda conn: list(conn.execute(query).mappings()))]
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseCall:
+    """A holder's call on one of its leases."""
+
+    principal: Principal
+    lease_id: str
+
+
+def _owns(principal: Principal, lease: sa.RowMapping) -> bool:
+    subject = visible_subject(principal)
+    return subject is None or subject == lease["subject"]
+
+
+def _locked_leases(tx: Tx, calls: Sequence[LeaseCall]) -> list[tuple[LeaseCall, Lease | None]]:
+    """Lock the leases of ``calls`` (in id order, as every batch does, so two batches cannot deadlock
+    on them) and pair each call with its lease — ``None`` where the call must run alone: no such lease,
+    another subject's, or a second call on the same lease."""
+    ids = sorted({call.lease_id for call in calls})
+    rows = {row["id"]: row for row in tx.conn.execute(LEASES_BY_IDS_LOCKED, {"k_ids": ids}).mappings()}
+    paired: list[tuple[LeaseCall, Lease | None]] = []
+    seen: set[str] = set()
+    for call in calls:
+        row = rows.get(call.lease_id)
+        ok = row is not None and call.lease_id not in seen and _owns(call.principal, row)
+        seen.add(call.lease_id)
+        paired.append((call, lease_of(row) if ok and row is not None else None))
+    return paired
+
+
+def _renewal(tx: Tx, defs: DefinitionsCache, lease: Lease) -> tuple[dict[str, Any], Lease]:
+    """What a heartbeat writes to a live lease's row (with its ``id``), and the lease it answers."""
+    pool = defs.get().pool(lease.pool)
+    ttl = pool.lease_ttl_s if pool is not None else DEFAULT_TTL_S
+    expires_at = tx.now + timedelta(seconds=ttl)
+    if lease.state != RequestState.GRANTED:
+        return {"id": lease.id, "expires_at": expires_at}, lease.model_copy(update={"expires_at": expires_at})
+    started = {"expires_at": expires_at, "started_at": tx.now}
+    values = {"id": lease.id, **started, "state": RequestState.ACTIVE.value}
+    return values, lease.model_copy(update={**started, "state": RequestState.ACTIVE})
+
+
+def _record_renewals(tx: Tx, renewals: Sequence[tuple[dict[str, Any], Lease]]) -> None:
+    """Write renewals: the leases' rows, and the request of each lease its first heartbeat started."""
+    started = [values for values, _ in renewals if "started_at" in values]
+    bulk_update(tx, LEASES, started)
+    bulk_update(tx, LEASES, [values for values, _ in renewals if "started_at" not in values])
+    activated = [answer.request_id for values, answer in renewals if "started_at" in values]
+    active = RequestState.ACTIVE.value
+    bulk_update(tx, REQUESTS, [{"id": i, "state": active, "updated_at": tx.now} for i in activated])
+    tx.changes.requests.update(activated)
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeats(Kind[LeaseCall, Lease]):
+    """Renews every caller's live lease together; anything else runs alone, where its error is."""
+
+    defs: DefinitionsCache
+
+    def together(self, tx: Tx, items: Sequence[LeaseCall]) -> list[Lease | Alone]:
+        renewals = [
+            None if lease is None or lease.state.value not in LIVE else _renewal(tx, self.defs, lease)
+            for _, lease in _locked_leases(tx, items)
+        ]
+        _record_renewals(tx, [renewal for renewal in renewals if renewal is not None])
+        return [ALONE if renewal is None else renewal[1] for renewal in renewals]
+
+
 async def heartbeat(writes: GroupCommit, defs: DefinitionsCache, principal: Principal, lease_id: str) -> Lease:
     """Renew a lease for the pool's TTL; the first heartbeat marks it active. The answer carries the
     state, so a holder learns of preemption (and its deadline) here."""
     require_writer(principal)
+    return await writes.write(heartbeat_work(defs, principal, lease_id), durable=False)
 
-    def work(tx: Tx) -> Lease:
+
+def heartbeat_work(defs: DefinitionsCache, principal: Principal, lease_id: str) -> Joinable[LeaseCall, Lease]:
+    """A heartbeat's work in a write transaction, alone or with others (see :func:`heartbeat`)."""
+
+    def alone(tx: Tx) -> Lease:
         lease = _locked_lease(tx, lease_id)
         require_owner(principal, lease.subject, f"lease {lease_id}")
         if lease.state.value not in LIVE:
@@ -75,30 +160,45 @@ async def heartbeat(writes: GroupCommit, defs: DefinitionsCache, principal: Prin
                 f"lease {lease_id} is {lease.state.value}; it can no longer be renewed: submit a new request",
                 "lease_id",
             )
-        pool = defs.get().pool(lease.pool)
-        ttl = pool.lease_ttl_s if pool is not None else DEFAULT_TTL_S
-        expires_at = tx.now + timedelta(seconds=ttl)
-        if lease.state == RequestState.GRANTED:
-            update_lease(tx, lease_id, expires_at=expires_at, state=RequestState.ACTIVE.value, started_at=tx.now)
-            update_request(tx, lease.request_id, state=RequestState.ACTIVE.value)
-            return lease.model_copy(
-                update={"expires_at": expires_at, "state": RequestState.ACTIVE, "started_at": tx.now}
-            )
-        update_lease(tx, lease_id, expires_at=expires_at)
-        return lease.model_copy(update={"expires_at": expires_at})
+        renewal = _renewal(tx, defs, lease)
+        _record_renewals(tx, [renewal])
+        return renewal[1]
 
-    return await writes.write(work, durable=False)
+    return Joinable(Heartbeats(defs), LeaseCall(principal, lease_id), alone)
+
+
+@dataclass(frozen=True, slots=True)
+class Releases(Kind[LeaseCall, Lease]):
+    """Releases every caller's granted or active lease together; the rest (a preempting lease, one that
+    ended, errors) runs alone."""
+
+    def together(self, tx: Tx, items: Sequence[LeaseCall]) -> list[Lease | Alone]:
+        ending = {RequestState.GRANTED, RequestState.ACTIVE}
+        leases = [
+            lease if lease is not None and lease.state in ending else None for _, lease in _locked_leases(tx, items)
+        ]
+        done = [lease for lease in leases if lease is not None]
+        ended = RequestState.RELEASED.value
+        bulk_update(tx, LEASES, [{"id": lease.id, "state": ended, "released_at": tx.now} for lease in done])
+        append(tx, released(tx, done, "released by its holder"))
+        update = {"state": RequestState.RELEASED, "released_at": tx.now}
+        return [ALONE if lease is None else lease.model_copy(update=update) for lease in leases]
 
 
 async def release_lease(writes: GroupCommit, principal: Principal, lease_id: str) -> Lease:
     """Give a lease back. Releasing a preempting lease completes its preemption (and requeues its request
     when retries remain). Releasing a lease that has ended already changes nothing."""
     require_writer(principal)
+    return await writes.write(release_work(principal, lease_id), durable=False)
 
-    def work(tx: Tx) -> Lease:
+
+def release_work(principal: Principal, lease_id: str) -> Joinable[LeaseCall, Lease]:
+    """A release's work in a write transaction, alone or with others (see :func:`release_lease`)."""
+
+    def alone(tx: Tx) -> Lease:
         uncontested = _release_uncontested(tx, principal, lease_id)
         if uncontested is not None:
-            append(tx, released(tx, uncontested, "released by its holder"))
+            append(tx, released(tx, [uncontested], "released by its holder"))
             return uncontested
         lease = _locked_lease(tx, lease_id)
         require_owner(principal, lease.subject, f"lease {lease_id}")
@@ -117,7 +217,7 @@ async def release_lease(writes: GroupCommit, principal: Principal, lease_id: str
         # from that rather than reading it again.
         return lease.model_copy(update={"state": ended, "released_at": tx.now})
 
-    return await writes.write(work, durable=False)
+    return Joinable(Releases(), LeaseCall(principal, lease_id), alone)
 
 
 def _release_uncontested(tx: Tx, principal: Principal, lease_id: str) -> Lease | None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
@@ -14,8 +17,10 @@ from respools.server.auth import require_owner, require_writer
 from respools.server.codec import request_of, request_spec_document
 from respools.server.db.database import Database, Tx
 from respools.server.db.group_commit import GroupCommit
+from respools.server.db.joined import ALONE, Alone, Joinable, Kind, RunAlone
 from respools.server.db.statements import (
     INSERT_REQUEST_OF_SUBJECT,
+    KEYS_IN_USE,
     LEASE_BY_ID_LOCKED,
     REQUEST_BY_ID,
     REQUEST_BY_ID_LOCKED,
@@ -23,7 +28,7 @@ from respools.server.db.statements import (
 )
 from respools.server.db.tables import REQUESTS
 from respools.server.definitions import DefinitionsCache
-from respools.server.errors import conflict, forbidden, invalid, not_found
+from respools.server.errors import ApiError, conflict, forbidden, invalid, not_found
 from respools.server.events import append, event_row
 from respools.server.lifecycle import LIVE, update_lease, update_request
 from respools.server.schemas import Principal
@@ -57,6 +62,14 @@ def _check_pools(defs: DefinitionsCache, spec: RequestSpec) -> None:
             raise invalid(f"pool {name!r} does not exist: fix the name or leave pools out", f"pools[{i}]")
 
 
+def _pools_exist(defs: DefinitionsCache, spec: RequestSpec) -> bool:
+    try:
+        _check_pools(defs, spec)
+    except ApiError:
+        return False
+    return True
+
+
 def _same_request(row: sa.RowMapping, spec: RequestSpec) -> bool:
     return dict(row["spec"]) == request_spec_document(spec)
 
@@ -75,6 +88,83 @@ def _replay(row: sa.RowMapping, spec: RequestSpec) -> Request:
     return request_of(row)
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A request to queue, checked as far as it can be without the store."""
+
+    subject: str
+    key: str | None
+    spec: RequestSpec
+    document: dict[str, Any]
+    request_id: str
+
+
+def _queue(tx: Tx, submissions: Sequence[Submission]) -> list[Request] | None:
+    """Insert the submissions' requests and their events; ``None`` (having inserted only some) when a
+    subject does not exist."""
+    rows = [
+        {
+            "id": s.request_id,
+            "subject": s.subject,
+            "idempotency_key": s.key,
+            "state": RequestState.PENDING.value,
+            "spec": s.document,
+            "submitted_at": tx.now,
+            "queued_at": tx.now,
+            "attempt": 0,
+            "updated_at": tx.now,
+        }
+        for s in submissions
+    ]
+    if tx.conn.execute(INSERT_REQUEST_OF_SUBJECT, rows).rowcount != len(rows):
+        return None
+    events = [
+        event_row(
+            tx.now,
+            EventKind.SUBMITTED,
+            f"request {s.request_id} submitted",
+            subject=s.subject,
+            request_id=s.request_id,
+            data={"labels": s.spec.labels},
+        )
+        for s in submissions
+    ]
+    append(tx, events)
+    # Not in ``changes.requests``: no long-poll can need this news. The only waiter a brand-new id has
+    # is the submitter, who answers from the row it wrote; whoever learns the id later reads the row
+    # after this commit. Announcing it only woke the submitter's own long-poll into re-reading a
+    # request it had just written (a thread hop and a query per submit).
+    tx.changes.wake = True
+    return [request_of(row | _EMPTY_DECISION) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Submits(Kind[Submission, tuple[Request, bool]]):
+    """Queues new requests together; a retry of an earlier request (its key is known), a second use of
+    one key in the batch, an unknown pool or subject run alone, where their answers are."""
+
+    defs: DefinitionsCache
+
+    def together(self, tx: Tx, items: Sequence[Submission]) -> list[tuple[Request, bool] | Alone]:
+        keys = sorted({(s.subject, s.key) for s in items if s.key is not None})
+        taken: set[tuple[str, str | None]] = (
+            set(tx.conn.execute(KEYS_IN_USE, {"k_keys": keys}).tuples()) if keys else set()
+        )
+        fresh: list[Submission] = []
+        for submission in items:
+            key = (submission.subject, submission.key)
+            if key in taken or not _pools_exist(self.defs, submission.spec):
+                continue
+            if submission.key is not None:
+                taken.add(key)  # a second use in this batch runs alone, after the first is written
+            fresh.append(submission)
+        queued = _queue(tx, fresh) if fresh else []
+        if queued is None:
+            raise RunAlone(f"a subject of {len(fresh)} submissions does not exist")
+        by_id = {request.id: (request, True) for request in queued}
+        return [by_id.get(s.request_id, ALONE) for s in items]
+
+
 async def submit(
     writes: GroupCommit,
     defs: DefinitionsCache,
@@ -88,64 +178,48 @@ async def submit(
     ``request_id`` lets a caller that wants to wait for the decision watch the id before it exists. The
     insert joins the group commit; a conflict on the idempotency key (a retry racing the first request)
     is answered by reading the request that won."""
+    submission = submission_of(principal, spec, header_key, request_id)
+    try:
+        return await writes.write(submit_work(defs, submission))
+    except IntegrityError:
+        if submission.key is None:
+            raise
+        key = submission.key
+        row = await run_in_threadpool(writes.db.read, lambda conn: _existing(conn, submission.subject, key))
+        if row is None:
+            raise
+        return _replay(row, spec), False
+
+
+def submission_of(
+    principal: Principal, spec: RequestSpec, header_key: str | None, request_id: str | None = None
+) -> Submission:
+    """What ``principal`` submits, checked as far as it can be without the store."""
     subject = subject_for(principal, spec)
     if header_key is not None and spec.idempotency_key is not None and header_key != spec.idempotency_key:
         raise invalid("the Idempotency-Key header and the body's idempotency_key differ: send one", "idempotency_key")
     key = header_key if header_key is not None else spec.idempotency_key
     if key is not None and not 0 < len(key) <= 200:
         raise invalid("an idempotency key has 1 to 200 characters", "idempotency_key")
-    document = request_spec_document(spec)
+    return Submission(subject, key, spec, request_spec_document(spec), request_id or new_request_id())
 
-    def work(tx: Tx) -> tuple[Request, bool]:
+
+def submit_work(defs: DefinitionsCache, submission: Submission) -> Joinable[Submission, tuple[Request, bool]]:
+    """A submission's work in a write transaction, alone or with others (see :func:`submit`)."""
+
+    def alone(tx: Tx) -> tuple[Request, bool]:
+        spec, subject, key = submission.spec, submission.subject, submission.key
         _check_pools(defs, spec)  # here, off the event loop: the definitions may need reading
         if key is not None:
             row = _existing(tx.conn, subject, key)
             if row is not None:
                 return _replay(row, spec), False
-        values = {
-            "id": new_id,
-            "subject": subject,
-            "idempotency_key": key,
-            "state": RequestState.PENDING.value,
-            "spec": document,
-            "submitted_at": tx.now,
-            "queued_at": tx.now,
-            "attempt": 0,
-            "updated_at": tx.now,
-        }
-        if tx.conn.execute(INSERT_REQUEST_OF_SUBJECT, values).rowcount == 0:
+        queued = _queue(tx, [submission])
+        if queued is None:
             raise invalid(f"subject {subject!r} does not exist: ask an admin to create it", "subject")
-        append(
-            tx,
-            [
-                event_row(
-                    tx.now,
-                    EventKind.SUBMITTED,
-                    f"request {new_id} submitted",
-                    subject=subject,
-                    request_id=new_id,
-                    data={"labels": spec.labels},
-                )
-            ],
-        )
-        # Not in ``changes.requests``: no long-poll can need this news. The only waiter a brand-new id
-        # has is the submitter, who answers from ``values``; whoever learns the id later reads the row
-        # after this commit. Announcing it only woke the submitter's own long-poll into re-reading a
-        # request it had just written (a thread hop and a query per submit).
-        tx.changes.wake = True
-        return request_of(values | _EMPTY_DECISION), True
+        return queued[0], True
 
-    new_id = request_id or new_request_id()
-
-    try:
-        return await writes.write(work)
-    except IntegrityError:
-        if key is None:
-            raise
-        row = await run_in_threadpool(writes.db.read, lambda conn: _existing(conn, subject, key))
-        if row is None:
-            raise
-        return _replay(row, spec), False
+    return Joinable(Submits(defs), submission, alone)
 
 
 _EMPTY_DECISION = {

@@ -5,7 +5,6 @@ costs a handful of round trips, not a hundred."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -16,10 +15,10 @@ from respools.model import EventKind, Lease, PoolSpec, PreemptReason, RequestSta
 from respools.scheduling import Decisions, Grant
 from respools.server.codec import placement_document
 from respools.server.db.database import Tx
-from respools.server.db.statements import INSERT_LEASE, update_by_id
+from respools.server.db.statements import INSERT_LEASE
 from respools.server.db.tables import LEASES, REQUESTS
 from respools.server.events import event_row
-from respools.server.lifecycle import complete_preemption, expire
+from respools.server.lifecycle import bulk_update, complete_preemption, expire
 from respools.server.reconciler.snapshot import CycleInput
 
 
@@ -44,15 +43,6 @@ class CycleOutcome:
 
 def new_lease_id() -> str:
     return "lse_" + uuid.uuid4().hex
-
-
-def bulk_update(tx: Tx, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
-    """``UPDATE table SET … WHERE id = …`` for rows that all set the same columns (each has ``id``)."""
-    if not rows:
-        return
-    columns = tuple(c for c in rows[0] if c != "id")
-    statement = update_by_id(table.name, columns)
-    tx.conn.execute(statement, [{"k_id": r["id"], **{f"v_{c}": r[c] for c in columns}} for r in rows])
 
 
 def apply_decisions(tx: Tx, cycle: CycleInput, decisions: Decisions) -> CycleOutcome:
