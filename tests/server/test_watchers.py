@@ -1,5 +1,5 @@
-"""Long-polls hear of changes on the event loop, and answer from a state handed over with the change
-when there is one (a grant by this process's reconciler) instead of reading the store again."""
+"""Long-polls hear of changes on the event loop, and answer from a grant handed over with the change
+when there is one (from any replica's reconciler, through NOTIFY) instead of reading the store again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 from respools.model import Request, RequestState
-from respools.server.changes import Changes
+from respools.server.changes import MAX_PAYLOAD, Changes, Granted, decode, encode
 from respools.server.codec import construct
 from respools.server.watchers import RequestWatch
 
@@ -21,30 +21,38 @@ def request(state: RequestState, lease_id: str | None = None) -> Request:
     return construct(Request, values | {"lease_id": lease_id})
 
 
-def test_a_change_with_its_state_hands_it_over_and_one_without_withdraws_it() -> None:
+def test_a_grant_is_handed_over_and_a_change_without_one_withdraws_it() -> None:
     async def scenario() -> None:
         watch = RequestWatch(asyncio.get_running_loop())
-        granted = request(RequestState.GRANTED, "lse_1")
+        grant = Granted("lse_1", 0)
         with watch.watch("req_1") as changed:
-            watch.on_changes(Changes(requests={"req_1", "req_2"}, settled={"req_1": granted}))
+            watch.on_changes(Changes(requests={"req_1", "req_2"}, granted={"req_1": grant, "req_2": grant}))
             await asyncio.wait_for(changed.wait(), 1)
-            assert watch.settled("req_1") == granted
-            assert watch.settled("req_2") is None, "only watched requests are kept"
+            assert watch.granted("req_1") == grant
+            assert watch.granted("req_2") is None, "only watched requests are kept"
             changed.clear()
             watch.on_changes(Changes(requests={"req_1"}))  # e.g. a heartbeat: its state must be read
             await asyncio.wait_for(changed.wait(), 1)
-            assert watch.settled("req_1") is None
-            watch.on_changes(Changes(requests={"req_1"}, settled={"req_1": granted}))
+            assert watch.granted("req_1") is None
+            watch.on_changes(Changes(requests={"req_1"}, granted={"req_1": grant}))
             await asyncio.wait_for(changed.wait(), 1)
             watch.on_changes(Changes(resync=True))
             await asyncio.sleep(0)
-            assert watch.settled("req_1") is None, "a resync forgets what was handed over"
-            watch.on_changes(Changes(requests={"req_1"}, settled={"req_1": granted}))
+            assert watch.granted("req_1") is None, "a resync forgets what was handed over"
+            watch.on_changes(Changes(requests={"req_1"}, granted={"req_1": grant}))
             await asyncio.sleep(0)
-        assert watch.settled("req_1") is None, "nothing is kept once nobody watches"
+        assert watch.granted("req_1") is None, "nothing is kept once nobody watches"
         assert watch.waiting == 0
 
     _run_on_own_thread(scenario())
+
+
+def test_a_grant_answers_only_for_the_pending_attempt_it_granted() -> None:
+    pending = request(RequestState.PENDING)
+    granted = Granted("lse_1", 0).applied_to(pending.model_copy(update={"wait_reason": "capacity"}))
+    assert granted == request(RequestState.GRANTED, "lse_1")
+    assert Granted("lse_1", 1).applied_to(pending) is None, "a grant of a later attempt: read the request"
+    assert Granted("lse_1", 0).applied_to(request(RequestState.ACTIVE, "lse_0")) is None
 
 
 def _run_on_own_thread(scenario: Coroutine[None, None, None]) -> None:
@@ -54,10 +62,33 @@ def _run_on_own_thread(scenario: Coroutine[None, None, None]) -> None:
         pool.submit(asyncio.run, scenario).result(timeout=30)
 
 
-def test_merging_changes_drops_a_state_that_a_later_change_made_stale() -> None:
-    granted = request(RequestState.GRANTED, "lse_1")
-    merged = Changes(requests={"req_1"}, settled={"req_1": granted})
+def test_merging_changes_drops_a_grant_that_a_later_change_made_stale() -> None:
+    grant = Granted("lse_1", 0)
+    merged = Changes(requests={"req_1"}, granted={"req_1": grant})
     merged.merge(Changes(requests={"req_1"}))
-    assert merged.settled == {} and merged.requests == {"req_1"}
-    merged.merge(Changes(requests={"req_1"}, settled={"req_1": granted}))
-    assert merged.settled == {"req_1": granted}
+    assert merged.granted == {} and merged.requests == {"req_1"}
+    merged.merge(Changes(requests={"req_1"}, granted={"req_1": grant}))
+    assert merged.granted == {"req_1": grant}
+
+
+def test_changes_travel_to_other_replicas_with_their_grants() -> None:
+    ids = {f"req_{i:032x}" for i in range(300)}
+    granted = {request_id: Granted(f"lse_{i:032x}", i % 3) for i, request_id in enumerate(sorted(ids)) if i % 2}
+    sent = Changes(requests=ids, wake=True, config={"tokens"}, granted=granted)
+    payloads = encode(sent, origin="me")
+    assert len(payloads) > 1 and all(len(p) < MAX_PAYLOAD for p in payloads)
+    heard = Changes()
+    for payload in payloads:
+        origin, changes = decode(payload)
+        assert origin == "me" and changes.wake and changes.config == {"tokens"}
+        heard.merge(changes)
+    assert heard.requests == ids
+    assert heard.granted == granted
+
+
+def test_a_payload_of_an_older_replica_or_a_mangled_grant_means_read_the_request() -> None:
+    origin, changes = decode("them|w||req_1,req_2")  # no grants field: what older versions send
+    assert (origin, changes.requests, changes.granted, changes.resync) == ("them", {"req_1", "req_2"}, {}, False)
+    _, changes = decode("them|||req_1,req_2|req_1:lse_1:x,req_2:lse_2:0,req_3:lse_3:0")
+    assert changes.granted == {"req_2": Granted("lse_2", 0)}, "only well-formed grants of announced requests"
+    assert decode("garbage")[1].resync

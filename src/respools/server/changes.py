@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from respools.model import Request
+from respools.model import Request, RequestState
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,23 @@ CHANNEL = "respools"
 MAX_PAYLOAD = 7800  # PostgreSQL refuses payloads of 8000 bytes or more
 ORIGIN = uuid.uuid4().hex[:12]
 """Identifies this process in NOTIFY payloads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """A grant, as much of it as the long-poll of its pending request needs to answer without reading
+    the request again."""
+
+    lease_id: str
+    attempt: int
+
+    def applied_to(self, request: Request) -> Request | None:
+        """``request`` as granted, when it is the pending attempt this grant is for; ``None`` otherwise
+        (the caller's copy is older or newer than the grant: read the request)."""
+        if request.state != RequestState.PENDING or request.attempt != self.attempt:
+            return None
+        decided = {"reason": None, "wait_reason": None, "queue_position": None, "nominated_pool": None}
+        return request.model_copy(update={"state": RequestState.GRANTED, "lease_id": self.lease_id} | decided)
 
 
 @dataclass(slots=True)
@@ -38,17 +55,17 @@ class Changes:
     """Cached topics to reload: ``definitions`` or ``tokens``."""
     resync: bool = False
     """Notifications may have been lost (listener reconnected): everyone re-reads."""
-    settled: dict[str, Request] = field(default_factory=dict)
-    """The committed state of some of ``requests`` (those a reconciler cycle granted), so that this
-    process's long-polls answer without reading them again. Never sent to other replicas: theirs re-read."""
+    granted: dict[str, Granted] = field(default_factory=dict)
+    """Which of ``requests`` a reconciler cycle granted, and how: their long-polls answer from this
+    instead of reading them again, in this process and, through NOTIFY, on the other replicas."""
 
     def __bool__(self) -> bool:
         return bool(self.requests or self.wake or self.events or self.config or self.resync)
 
     def merge(self, other: Changes) -> None:
-        for request_id in other.requests - other.settled.keys():
-            self.settled.pop(request_id, None)  # changed again since: what was settled is stale
-        self.settled.update(other.settled)
+        for request_id in other.requests - other.granted.keys():
+            self.granted.pop(request_id, None)  # changed again since: the grant may be stale
+        self.granted.update(other.granted)
         self.requests |= other.requests
         self.wake |= other.wake
         self.events |= other.events
@@ -59,34 +76,51 @@ class Changes:
 def encode(changes: Changes, origin: str = ORIGIN) -> list[str]:
     """NOTIFY payloads for ``changes``, each within PostgreSQL's size limit.
 
-    Format: ``<origin>|<flags>|<topics>|<request ids>`` with flags from ``w`` (wake) and ``e`` (events),
-    topics and ids comma-separated."""
+    Format: ``<origin>|<flags>|<topics>|<request ids>|<grants>`` with flags from ``w`` (wake) and ``e``
+    (events), topics and ids comma-separated, and each grant ``<request id>:<lease id>:<attempt>``. A
+    granted request is also among the ids, so that a replica that reads only the first four fields (an
+    older version, during a rolling upgrade) still hears of it."""
     flags = ("w" if changes.wake else "") + ("e" if changes.events else "")
     head = f"{origin}|{flags}|{','.join(sorted(changes.config))}|"
     payloads: list[str] = []
-    current: list[str] = []
-    size = len(head)
+    ids: list[str] = []
+    grants: list[str] = []
+    size = len(head) + 1
     for request_id in sorted(changes.requests):
-        if current and size + len(request_id) + 1 > MAX_PAYLOAD:
-            payloads.append(head + ",".join(current))
-            current, size = [], len(head)
-        current.append(request_id)
-        size += len(request_id) + 1
-    payloads.append(head + ",".join(current))
+        grant = changes.granted.get(request_id)
+        entry = "" if grant is None else f"{request_id}:{grant.lease_id}:{grant.attempt}"
+        cost = len(request_id) + 1 + (len(entry) + 1 if entry else 0)
+        if ids and size + cost > MAX_PAYLOAD:
+            payloads.append(f"{head}{','.join(ids)}|{','.join(grants)}")
+            ids, grants, size = [], [], len(head) + 1
+        ids.append(request_id)
+        if entry:
+            grants.append(entry)
+        size += cost
+    payloads.append(f"{head}{','.join(ids)}|{','.join(grants)}")
     return payloads
 
 
 def decode(payload: str) -> tuple[str, Changes]:
-    """The origin and the changes of one payload; a malformed payload asks for a resync."""
-    parts = payload.split("|", 3)
-    if len(parts) != 4:
+    """The origin and the changes of one payload; a malformed payload asks for a resync. A payload
+    without grants (from an older replica) is read as one whose requests must all be read again."""
+    parts = payload.split("|", 4)
+    if len(parts) not in (4, 5):
         return "", Changes(resync=True)
-    origin, flags, topics, ids = parts
+    origin, flags, topics, ids = parts[:4]
+    granted: dict[str, Granted] = {}
+    for entry in parts[4].split(",") if len(parts) == 5 else ():
+        request_id, _, rest = entry.partition(":")
+        lease_id, _, attempt = rest.partition(":")
+        if lease_id and attempt.isdigit():  # anything else: that request is re-read, as without a grant
+            granted[request_id] = Granted(lease_id, int(attempt))
+    requests = {i for i in ids.split(",") if i}
     return origin, Changes(
-        requests={i for i in ids.split(",") if i},
+        requests=requests,
         wake="w" in flags,
         events="e" in flags,
         config={t for t in topics.split(",") if t},
+        granted={i: g for i, g in granted.items() if i in requests},
     )
 
 

@@ -7,47 +7,46 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from respools.model import Request
-from respools.server.changes import Changes
+from respools.server.changes import Changes, Granted
 
 
 class RequestWatch:
-    """Wakes the long-polls of requests whose state changed, handing them the new state when the
-    change came with it (:attr:`Changes.settled`)."""
+    """Wakes the long-polls of requests whose state changed, handing them the grant when the change
+    was one (:attr:`Changes.granted`)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._waiters: dict[str, set[asyncio.Event]] = {}
-        self._settled: dict[str, Request] = {}
+        self._granted: dict[str, Granted] = {}
 
     def on_changes(self, changes: Changes) -> None:
         if changes.resync:
             self._loop.call_soon_threadsafe(self._fire_all)
         elif changes.requests:
             ids = frozenset(changes.requests)
-            self._loop.call_soon_threadsafe(self._fire, ids, dict(changes.settled))
+            self._loop.call_soon_threadsafe(self._fire, ids, dict(changes.granted))
 
-    def _fire(self, ids: frozenset[str], settled: dict[str, Request]) -> None:
+    def _fire(self, ids: frozenset[str], granted: dict[str, Granted]) -> None:
         waiters = self._waiters
         watched = [i for i in ids if i in waiters] if len(ids) < len(waiters) else [i for i in waiters if i in ids]
         for request_id in watched:
-            state = settled.get(request_id)
-            if state is not None:
-                self._settled[request_id] = state
+            grant = granted.get(request_id)
+            if grant is not None:
+                self._granted[request_id] = grant
             else:
-                self._settled.pop(request_id, None)
+                self._granted.pop(request_id, None)
             for event in waiters[request_id]:
                 event.set()
 
     def _fire_all(self) -> None:
-        self._settled.clear()
+        self._granted.clear()
         for events in self._waiters.values():
             for event in events:
                 event.set()
 
-    def settled(self, request_id: str) -> Request | None:
-        """The state the latest change of a watched request came with, if it came with one."""
-        return self._settled.get(request_id)
+    def granted(self, request_id: str) -> Granted | None:
+        """The grant the latest change of a watched request was, if it was one."""
+        return self._granted.get(request_id)
 
     @contextmanager
     def watch(self, request_id: str) -> Iterator[asyncio.Event]:
@@ -63,7 +62,7 @@ class RequestWatch:
                 waiters.discard(event)
                 if not waiters:
                     del self._waiters[request_id]
-                    self._settled.pop(request_id, None)
+                    self._granted.pop(request_id, None)
 
     @property
     def waiting(self) -> int:

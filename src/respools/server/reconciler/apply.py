@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from respools.model import EventKind, Lease, PoolSpec, PreemptReason, RequestState, dump_resources, format_resources
 from respools.scheduling import Decisions, Grant
+from respools.server.changes import Granted
 from respools.server.codec import placement_document
 from respools.server.db.database import Tx
 from respools.server.db.statements import INSERT_LEASE
@@ -148,16 +149,7 @@ def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcom
         )
         outcome.grants.append((grant, (now - cycle.queued_at[request.id]).total_seconds()))
         tx.changes.requests.add(request.id)
-        tx.changes.settled[request.id] = request.model_copy(
-            update={
-                "state": RequestState.GRANTED,
-                "lease_id": lease_id,
-                "reason": None,
-                "wait_reason": None,
-                "queue_position": None,
-                "nominated_pool": None,
-            }
-        )
+        tx.changes.granted[request.id] = Granted(lease_id, request.attempt)
     tx.conn.execute(INSERT_LEASE, lease_rows)
     bulk_update(tx, REQUESTS, request_rows)
 

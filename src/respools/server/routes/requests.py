@@ -43,8 +43,8 @@ async def _until_changed(
     """Re-read ``request`` whenever it is said to have changed, until its state leaves ``target`` or
     ``timeout`` passes. The caller registered ``changed`` before its first read.
 
-    A change that came with the request's new state (a grant by this process's reconciler) is answered
-    from that state without reading the store again."""
+    A grant of the pending request (by any replica's reconciler) is answered from the grant, without
+    reading the store again."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     request_id = request.id
@@ -53,14 +53,15 @@ async def _until_changed(
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        settled = None
+        grant = None
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(min(remaining, RECHECK_S)):  # no task per wait, unlike wait_for
                 await changed.wait()
-            settled = watch.settled(request_id)
+            grant = watch.granted(request_id)
         changed.clear()
-        if settled is not None and settled.state != target:
-            request = settled
+        granted = grant.applied_to(request) if grant is not None else None
+        if granted is not None:
+            request = granted
             continue
         fresh = await run_in_threadpool(services.db.read, lambda conn: requests.fetch(conn, request_id))
         if fresh is None:
