@@ -7,15 +7,14 @@ restarts, for the grant-latency metric.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
 from respools.model import EventKind, Lease, RequestState
 from respools.server.db.database import Tx
-from respools.server.db.statements import update_by_id
-from respools.server.db.tables import REQUESTS
+from respools.server.db.statements import update_by_id, update_by_ids
 from respools.server.events import event_row
 
 LIVE = frozenset({RequestState.GRANTED.value, RequestState.ACTIVE.value, RequestState.PREEMPTING.value})
@@ -31,6 +30,23 @@ def update_request(tx: Tx, request_id: str, **values: Any) -> None:
 def update_lease(tx: Tx, lease_id: str, **values: Any) -> None:
     statement = update_by_id("leases", tuple(values))
     tx.conn.execute(statement, {"k_id": lease_id, **{f"v_{k}": v for k, v in values.items()}})
+
+
+def update_requests(tx: Tx, request_ids: Collection[str], **values: Any) -> None:
+    """Set the same ``values`` on several requests, in one statement."""
+    if not request_ids:
+        return
+    values["updated_at"] = tx.now
+    statement = update_by_ids("requests", tuple(values))
+    tx.conn.execute(statement, {"k_ids": list(request_ids), **{f"v_{k}": v for k, v in values.items()}})
+    tx.changes.requests.update(request_ids)
+
+
+def update_leases(tx: Tx, lease_ids: Collection[str], **values: Any) -> None:
+    """Set the same ``values`` on several leases, in one statement."""
+    if lease_ids:
+        statement = update_by_ids("leases", tuple(values))
+        tx.conn.execute(statement, {"k_ids": list(lease_ids), **{f"v_{k}": v for k, v in values.items()}})
 
 
 def bulk_update(tx: Tx, table: sa.Table, rows: Sequence[dict[str, Any]]) -> None:
@@ -113,13 +129,7 @@ def release(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
 def released(tx: Tx, leases: Sequence[Lease], how: str) -> list[dict[str, Any]]:
     """What :func:`release` does after marking the leases, for a caller that marked them itself (in the
     statement that also found them, or all at once)."""
-    done = RequestState.RELEASED.value
-    bulk_update(
-        tx,
-        REQUESTS,
-        [{"id": lease.request_id, "state": done, "reason": None, "updated_at": tx.now} for lease in leases],
-    )
-    tx.changes.requests.update(lease.request_id for lease in leases)
+    update_requests(tx, [lease.request_id for lease in leases], state=RequestState.RELEASED.value, reason=None)
     tx.changes.wake = True
     return [_lease_event(tx, EventKind.RELEASED, lease, f"lease {lease.id} released: {how}") for lease in leases]
 

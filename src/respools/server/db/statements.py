@@ -87,3 +87,15 @@ def update_by_id(table_name: str, columns: tuple[str, ...]) -> sa.Update:
         .where(table.c.id == sa.bindparam("k_id"))
         .values({c: sa.bindparam(f"v_{c}", type_=table.c[c].type) for c in columns})
     )
+
+
+@functools.cache
+def update_by_ids(table_name: str, columns: tuple[str, ...]) -> sa.Update:
+    """``UPDATE table SET <columns> WHERE id IN :k_ids``: the same values on several rows, in one
+    statement; parameters are ``v_<column>`` and ``k_ids`` (a list)."""
+    table = METADATA.tables[table_name]
+    return (
+        sa.update(table)
+        .where(table.c.id.in_(sa.bindparam("k_ids", expanding=True)))
+        .values({c: sa.bindparam(f"v_{c}", type_=table.c[c].type) for c in columns})
+    )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,18 +24,19 @@ from respools.server.db.statements import (
     RELEASE_UNCONTESTED_LEASE_OF_SUBJECT,
     REQUEST_BY_ID_LOCKED,
 )
-from respools.server.db.tables import LEASES, REQUESTS
+from respools.server.db.tables import LEASES
 from respools.server.definitions import DefinitionsCache
 from respools.server.errors import conflict, invalid, not_found
 from respools.server.events import append, event_row
 from respools.server.lifecycle import (
     LIVE,
-    bulk_update,
     complete_preemption,
     release,
     released,
     update_lease,
+    update_leases,
     update_request,
+    update_requests,
 )
 from respools.server.schemas import OveruseReport, PreemptSpec, Principal
 
@@ -104,27 +106,29 @@ def _locked_leases(tx: Tx, calls: Sequence[LeaseCall]) -> list[tuple[LeaseCall, 
     return paired
 
 
-def _renewal(tx: Tx, defs: DefinitionsCache, lease: Lease) -> tuple[dict[str, Any], Lease]:
-    """What a heartbeat writes to a live lease's row (with its ``id``), and the lease it answers."""
+def _renewal(tx: Tx, defs: DefinitionsCache, lease: Lease) -> Lease:
+    """A live lease as a heartbeat leaves it: renewed for its pool's TTL, and started by the first."""
     pool = defs.get().pool(lease.pool)
     ttl = pool.lease_ttl_s if pool is not None else DEFAULT_TTL_S
-    expires_at = tx.now + timedelta(seconds=ttl)
-    if lease.state != RequestState.GRANTED:
-        return {"id": lease.id, "expires_at": expires_at}, lease.model_copy(update={"expires_at": expires_at})
-    started = {"expires_at": expires_at, "started_at": tx.now}
-    values = {"id": lease.id, **started, "state": RequestState.ACTIVE.value}
-    return values, lease.model_copy(update={**started, "state": RequestState.ACTIVE})
+    renewed: dict[str, Any] = {"expires_at": tx.now + timedelta(seconds=ttl)}
+    if lease.state == RequestState.GRANTED:
+        renewed |= {"state": RequestState.ACTIVE, "started_at": tx.now}
+    return lease.model_copy(update=renewed)
 
 
-def _record_renewals(tx: Tx, renewals: Sequence[tuple[dict[str, Any], Lease]]) -> None:
-    """Write renewals: the leases' rows, and the request of each lease its first heartbeat started."""
-    started = [values for values, _ in renewals if "started_at" in values]
-    bulk_update(tx, LEASES, started)
-    bulk_update(tx, LEASES, [values for values, _ in renewals if "started_at" not in values])
-    activated = [answer.request_id for values, answer in renewals if "started_at" in values]
-    active = RequestState.ACTIVE.value
-    bulk_update(tx, REQUESTS, [{"id": i, "state": active, "updated_at": tx.now} for i in activated])
-    tx.changes.requests.update(activated)
+def _record_renewals(tx: Tx, renewals: Sequence[tuple[Lease, Lease]]) -> None:
+    """Write renewals (each lease before and after): one statement per new expiry (one per pool TTL)
+    and whether it started, and one for the requests that started with their leases."""
+    groups: defaultdict[tuple[datetime | None, bool], list[str]] = defaultdict(list)
+    for before, after in renewals:
+        groups[after.expires_at, before.state == RequestState.GRANTED].append(after.id)
+    for (expires_at, starts), ids in groups.items():
+        if starts:
+            update_leases(tx, ids, expires_at=expires_at, state=RequestState.ACTIVE.value, started_at=tx.now)
+        else:
+            update_leases(tx, ids, expires_at=expires_at)
+    started = [before.request_id for before, _ in renewals if before.state == RequestState.GRANTED]
+    update_requests(tx, started, state=RequestState.ACTIVE.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +139,7 @@ class Heartbeats(Kind[LeaseCall, Lease]):
 
     def together(self, tx: Tx, items: Sequence[LeaseCall]) -> list[Lease | Alone]:
         renewals = [
-            None if lease is None or lease.state.value not in LIVE else _renewal(tx, self.defs, lease)
+            None if lease is None or lease.state.value not in LIVE else (lease, _renewal(tx, self.defs, lease))
             for _, lease in _locked_leases(tx, items)
         ]
         _record_renewals(tx, [renewal for renewal in renewals if renewal is not None])
@@ -160,9 +164,9 @@ def heartbeat_work(defs: DefinitionsCache, principal: Principal, lease_id: str) 
                 f"lease {lease_id} is {lease.state.value}; it can no longer be renewed: submit a new request",
                 "lease_id",
             )
-        renewal = _renewal(tx, defs, lease)
-        _record_renewals(tx, [renewal])
-        return renewal[1]
+        renewed = _renewal(tx, defs, lease)
+        _record_renewals(tx, [(lease, renewed)])
+        return renewed
 
     return Joinable(Heartbeats(defs), LeaseCall(principal, lease_id), alone)
 
@@ -178,8 +182,7 @@ class Releases(Kind[LeaseCall, Lease]):
             lease if lease is not None and lease.state in ending else None for _, lease in _locked_leases(tx, items)
         ]
         done = [lease for lease in leases if lease is not None]
-        ended = RequestState.RELEASED.value
-        bulk_update(tx, LEASES, [{"id": lease.id, "state": ended, "released_at": tx.now} for lease in done])
+        update_leases(tx, [lease.id for lease in done], state=RequestState.RELEASED.value, released_at=tx.now)
         append(tx, released(tx, done, "released by its holder"))
         update = {"state": RequestState.RELEASED, "released_at": tx.now}
         return [ALONE if lease is None else lease.model_copy(update=update) for lease in leases]
