@@ -127,8 +127,8 @@ def release(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
 
 
 def released(tx: Tx, leases: Sequence[Lease], how: str) -> list[dict[str, Any]]:
-    """What :func:`release` does after marking the leases, for a caller that marked them itself (in the
-    statement that also found them, or all at once)."""
+    """What :func:`release` does after marking the leases, for a caller that marked them itself (several
+    at once)."""
     update_requests(tx, [lease.request_id for lease in leases], state=RequestState.RELEASED.value, reason=None)
     tx.changes.wake = True
     return [_lease_event(tx, EventKind.RELEASED, lease, f"lease {lease.id} released: {how}") for lease in leases]

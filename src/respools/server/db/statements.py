@@ -57,17 +57,6 @@ LEASES_BY_IDS_LOCKED = (
 """Leases by a list of ids (``k_ids``), locked in id order."""
 INSERT_LEASE = sa.insert(LEASES)
 LIVE_LEASES = sa.select(LEASES).where(sa.text(LIVE_STATES_SQL))
-RELEASE_UNCONTESTED_LEASE = (
-    sa.update(LEASES)
-    .where(LEASES.c.id == sa.bindparam("k_id"), sa.text("state IN ('granted', 'active')"))
-    .values(state="released", released_at=sa.bindparam("v_released_at", type_=LEASES.c.released_at.type))
-    .returning(*LEASES.c)
-)
-"""Release a granted or active lease in the statement that finds it, answering its new row; no row when
-the lease is missing, ended or preempting (those take the path that reads it first)."""
-RELEASE_UNCONTESTED_LEASE_OF_SUBJECT = RELEASE_UNCONTESTED_LEASE.where(LEASES.c.subject == sa.bindparam("k_subject"))
-"""The same, for a subject's token: no row either when the lease is another subject's."""
-
 INSERT_EVENT = sa.insert(EVENTS)
 INSERT_OUTBOX = sa.insert(OUTBOX)
 

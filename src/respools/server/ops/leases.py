@@ -20,8 +20,6 @@ from respools.server.db.statements import (
     LEASE_BY_ID,
     LEASE_BY_ID_LOCKED,
     LEASES_BY_IDS_LOCKED,
-    RELEASE_UNCONTESTED_LEASE,
-    RELEASE_UNCONTESTED_LEASE_OF_SUBJECT,
     REQUEST_BY_ID_LOCKED,
 )
 from respools.server.db.tables import LEASES
@@ -199,10 +197,6 @@ def release_work(principal: Principal, lease_id: str) -> Joinable[LeaseCall, Lea
     """A release's work in a write transaction, alone or with others (see :func:`release_lease`)."""
 
     def alone(tx: Tx) -> Lease:
-        uncontested = _release_uncontested(tx, principal, lease_id)
-        if uncontested is not None:
-            append(tx, released(tx, [uncontested], "released by its holder"))
-            return uncontested
         lease = _locked_lease(tx, lease_id)
         require_owner(principal, lease.subject, f"lease {lease_id}")
         if lease.state.value not in LIVE:
@@ -212,7 +206,7 @@ def release_work(principal: Principal, lease_id: str) -> Joinable[LeaseCall, Lea
             request = tx.conn.execute(REQUEST_BY_ID_LOCKED, {"k_id": lease.request_id}).mappings().one()
             events = complete_preemption(tx, lease, request, "released by its holder")
             ended = RequestState.PREEMPTED
-        else:  # granted or active yet missed above: only if the lease appeared between the two statements
+        else:
             events = release(tx, lease, "released by its holder")
             ended = RequestState.RELEASED
         append(tx, events)
@@ -221,19 +215,6 @@ def release_work(principal: Principal, lease_id: str) -> Joinable[LeaseCall, Lea
         return lease.model_copy(update={"state": ended, "released_at": tx.now})
 
     return Joinable(Releases(), LeaseCall(principal, lease_id), alone)
-
-
-def _release_uncontested(tx: Tx, principal: Principal, lease_id: str) -> Lease | None:
-    """The common release in one statement: the caller's own granted or active lease, marked released.
-    ``None`` leaves every other case (no such lease, another subject's, ended, preempting) to the path
-    that locks and reads the lease first, and answers each as it always has."""
-    subject = visible_subject(principal)
-    if subject is None:
-        row = tx.conn.execute(RELEASE_UNCONTESTED_LEASE, {"k_id": lease_id, "v_released_at": tx.now}).mappings().first()
-    else:
-        parameters = {"k_id": lease_id, "k_subject": subject, "v_released_at": tx.now}
-        row = tx.conn.execute(RELEASE_UNCONTESTED_LEASE_OF_SUBJECT, parameters).mappings().first()
-    return None if row is None else lease_of(row)
 
 
 def _give_notice(
