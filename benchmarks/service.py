@@ -264,11 +264,9 @@ async def load(url: str, token: str, clients: int, seconds: float) -> tuple[int,
     return sum(counts), latencies, errors, elapsed
 
 
-def measure(store: str, url: str, clients: int, seconds: float, processes: int, database: str | None = None) -> Figures:
+def measure(store: str, url: str, clients: int, seconds: float, processes: int) -> Figures:
     token = define_world(url)
     asyncio.run(load(url, token, 4, 1.0))  # warm up: connections, prepared statements, caches
-    if database is not None:
-        analyze(database)
     _, light, _, _ = asyncio.run(load(url, token, 1, min(5.0, seconds)))
     count, latencies, errors, elapsed = asyncio.run(load(url, token, clients, seconds))
     return Figures(
@@ -284,16 +282,6 @@ def measure(store: str, url: str, clients: int, seconds: float, processes: int, 
         errors=errors,
         server_processes=processes,
     )
-
-
-def analyze(database: str) -> None:
-    """Give PostgreSQL's planner the statistics that autovacuum gives any service that has run for a
-    minute. Without them, plans made while the tables were nearly empty stay cached: the reconciler's
-    query for live leases then reads the whole ``leases`` table each cycle rather than its partial
-    index of live ones (measured: 290-333 against 376-402 lifecycles/s through a minute's run, and
-    ``seq_tup_read`` of ``leases`` 56 times higher)."""
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute("ANALYZE")
 
 
 # -- output ----------------------------------------------------------------------------------------
@@ -370,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                     report.figures.append(measure("sqlite", url, args.clients, args.duration, 1))
             elif store == "postgres":
                 with scratch_database(args.pg, "respools_bench") as db, server(db, args.pg_workers, logs) as url:
-                    figures = measure("postgres", url, args.clients, args.duration, args.pg_workers, database=db)
+                    figures = measure("postgres", url, args.clients, args.duration, args.pg_workers)
                     report.figures.append(figures)
             else:
                 parser.error(f"unknown store {store!r}")

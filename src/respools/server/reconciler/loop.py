@@ -23,6 +23,7 @@ from respools.server.reconciler.leadership import (
     PostgresLeadership,
     SqliteLeadership,
 )
+from respools.server.reconciler.statistics import EarlyStatistics
 from respools.server.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Reconciler:
         self._metrics = metrics
         self._stopper = stopper
         self._leadership: Leadership = PostgresLeadership(db) if db.is_postgres else SqliteLeadership(db)
+        self._statistics = EarlyStatistics(db)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -155,6 +157,7 @@ class Reconciler:
         self.cycles += 1
         self.last_cycle_at = time.monotonic()
         self._metrics.observe_cycle(outcome, time.perf_counter() - started, timings)
+        self._statistics.after_cycle(len(outcome.grants))
         for lease, pool in outcome.revoked:
             if self._stopper is not None and pool is not None:
                 self._stopper.stop(lease, pool)
