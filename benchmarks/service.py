@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 import psycopg
 from psycopg import sql
+from sqlalchemy.engine import make_url
 
 ADMIN_TOKEN = "rp_bench_" + uuid.uuid4().hex
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -93,7 +94,7 @@ def scratch_database(admin_dsn: str, prefix: str) -> Iterator[str]:
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:
-        yield admin_dsn.rpartition("/")[0] + "/" + name
+        yield make_url(admin_dsn).set(database=name).render_as_string(hide_password=False)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute(
