@@ -86,9 +86,16 @@ def test_changes_travel_to_other_replicas_with_their_grants() -> None:
     assert heard.granted == granted
 
 
+def test_a_replica_of_the_previous_version_still_reads_every_id() -> None:
+    sent = Changes(requests={"req_1", "req_2"}, granted={"req_2": Granted("lse_2", 0)})
+    (payload,) = encode(sent, origin="me")
+    ids = payload.split("|", 3)[3]  # how the previous version decoded a payload
+    assert {"req_1", "req_2"} <= set(ids.split(","))
+
+
 def test_a_payload_of_an_older_replica_or_a_mangled_grant_means_read_the_request() -> None:
     origin, changes = decode("them|w||req_1,req_2")  # no grants field: what older versions send
     assert (origin, changes.requests, changes.granted, changes.resync) == ("them", {"req_1", "req_2"}, {}, False)
-    _, changes = decode("them|||req_1,req_2|req_1:lse_1:x,req_2:lse_2:0,req_3:lse_3:0")
+    _, changes = decode("them|||req_1,req_2,|req_1:lse_1:x,req_2:lse_2:0,req_3:lse_3:0")
     assert changes.granted == {"req_2": Granted("lse_2", 0)}, "only well-formed grants of announced requests"
     assert decode("garbage")[1].resync

@@ -76,29 +76,37 @@ class Changes:
 def encode(changes: Changes, origin: str = ORIGIN) -> list[str]:
     """NOTIFY payloads for ``changes``, each within PostgreSQL's size limit.
 
-    Format: ``<origin>|<flags>|<topics>|<request ids>|<grants>`` with flags from ``w`` (wake) and ``e``
-    (events), topics and ids comma-separated, and each grant ``<request id>:<lease id>:<attempt>``. A
-    granted request is also among the ids, so that a replica that reads only the first four fields (an
-    older version, during a rolling upgrade) still hears of it."""
+    Format: ``<origin>|<flags>|<topics>|<request ids>`` with flags from ``w`` (wake) and ``e`` (events),
+    topics and ids comma-separated; with grants, ``,|<grants>`` follows, each grant
+    ``<request id>:<lease id>:<attempt>``. A granted request is also among the ids, and the ids end with a
+    comma before the grants, so that a replica of the previous version (during a rolling upgrade), which
+    reads everything after the third ``|`` as ids, still reads every id whole (the grants become ids of no
+    request)."""
     flags = ("w" if changes.wake else "") + ("e" if changes.events else "")
     head = f"{origin}|{flags}|{','.join(sorted(changes.config))}|"
     payloads: list[str] = []
     ids: list[str] = []
     grants: list[str] = []
-    size = len(head) + 1
+    size = len(head) + 2
     for request_id in sorted(changes.requests):
         grant = changes.granted.get(request_id)
         entry = "" if grant is None else f"{request_id}:{grant.lease_id}:{grant.attempt}"
         cost = len(request_id) + 1 + (len(entry) + 1 if entry else 0)
         if ids and size + cost > MAX_PAYLOAD:
-            payloads.append(f"{head}{','.join(ids)}|{','.join(grants)}")
-            ids, grants, size = [], [], len(head) + 1
+            payloads.append(_payload(head, ids, grants))
+            ids, grants, size = [], [], len(head) + 2
         ids.append(request_id)
         if entry:
             grants.append(entry)
         size += cost
-    payloads.append(f"{head}{','.join(ids)}|{','.join(grants)}")
+    payloads.append(_payload(head, ids, grants))
     return payloads
+
+
+def _payload(head: str, ids: list[str], grants: list[str]) -> str:
+    if not grants:
+        return head + ",".join(ids)
+    return f"{head}{','.join(ids)},|{','.join(grants)}"
 
 
 def decode(payload: str) -> tuple[str, Changes]:
