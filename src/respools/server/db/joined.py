@@ -4,10 +4,11 @@ Group commit (:mod:`.group_commit`) gives the works of concurrent API calls one 
 commit, but inside it each work still ran its own statements: ten heartbeats, thirty statements and
 thirty round trips. A :class:`Joinable` work also names its :class:`Kind`, and the kind does all the
 works of a batch that are of it together: one ``SELECT … IN … FOR UPDATE`` for all their rows, one
-``executemany`` per shape of update. A kind does only the common case; any work it cannot vouch for (a
-missing row, another subject's lease, a duplicate, a state that takes the careful path) it hands back as
-:data:`ALONE`, and that work runs by itself, as it would without batching. Run alone, a work is the
-reference: its errors, its checks and its answer are defined there, and tests hold the kinds to it.
+``UPDATE … WHERE id IN …`` per set of values written. A kind does only the common case; any work it
+cannot vouch for (a missing row, another subject's lease, a duplicate, a state that takes the careful
+path) it hands back as :data:`ALONE`, and that work runs by itself, as it would without batching. Run
+alone, a work is the reference: its errors, its checks and its answer are defined there, and tests hold
+the kinds to it.
 
 **Order.** The works of one batch were all in flight at once: none had been answered when another
 began. Any order of them is therefore one the callers could have observed, so a batch may do its joined
