@@ -120,15 +120,9 @@ def complete_preemption(tx: Tx, lease: Lease, request: Mapping[Any, Any], how: s
     return events
 
 
-def release(tx: Tx, lease: Lease, how: str) -> list[dict[str, Any]]:
-    """End a granted or active lease normally: its request is done."""
-    update_lease(tx, lease.id, state=RequestState.RELEASED.value, released_at=tx.now)
-    return released(tx, [lease], how)
-
-
-def released(tx: Tx, leases: Sequence[Lease], how: str) -> list[dict[str, Any]]:
-    """What :func:`release` does after marking the leases, for a caller that marked them itself (several
-    at once)."""
+def release(tx: Tx, leases: Sequence[Lease], how: str) -> list[dict[str, Any]]:
+    """End granted or active leases normally, all at once: their requests are done."""
+    update_leases(tx, [lease.id for lease in leases], state=RequestState.RELEASED.value, released_at=tx.now)
     update_requests(tx, [lease.request_id for lease in leases], state=RequestState.RELEASED.value, reason=None)
     tx.changes.wake = True
     return [_lease_event(tx, EventKind.RELEASED, lease, f"lease {lease.id} released: {how}") for lease in leases]

@@ -30,7 +30,6 @@ from respools.server.lifecycle import (
     LIVE,
     complete_preemption,
     release,
-    released,
     update_lease,
     update_leases,
     update_request,
@@ -179,9 +178,7 @@ class Releases(Kind[LeaseCall, Lease]):
         leases = [
             lease if lease is not None and lease.state in ending else None for _, lease in _locked_leases(tx, items)
         ]
-        done = [lease for lease in leases if lease is not None]
-        update_leases(tx, [lease.id for lease in done], state=RequestState.RELEASED.value, released_at=tx.now)
-        append(tx, released(tx, done, "released by its holder"))
+        append(tx, release(tx, [lease for lease in leases if lease is not None], "released by its holder"))
         update = {"state": RequestState.RELEASED, "released_at": tx.now}
         return [ALONE if lease is None else lease.model_copy(update=update) for lease in leases]
 
@@ -207,7 +204,7 @@ def release_work(principal: Principal, lease_id: str) -> Joinable[LeaseCall, Lea
             events = complete_preemption(tx, lease, request, "released by its holder")
             ended = RequestState.PREEMPTED
         else:
-            events = release(tx, lease, "released by its holder")
+            events = release(tx, [lease], "released by its holder")
             ended = RequestState.RELEASED
         append(tx, events)
         # The lease row now differs from the one read above only by what was just written: answer
