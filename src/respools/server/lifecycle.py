@@ -21,15 +21,11 @@ LIVE = frozenset({RequestState.GRANTED.value, RequestState.ACTIVE.value, Request
 
 
 def update_request(tx: Tx, request_id: str, **values: Any) -> None:
-    values["updated_at"] = tx.now
-    statement = update_by_id("requests", tuple(values))
-    tx.conn.execute(statement, {"k_id": request_id, **{f"v_{k}": v for k, v in values.items()}})
-    tx.changes.requests.add(request_id)
+    update_requests(tx, [request_id], **values)
 
 
 def update_lease(tx: Tx, lease_id: str, **values: Any) -> None:
-    statement = update_by_id("leases", tuple(values))
-    tx.conn.execute(statement, {"k_id": lease_id, **{f"v_{k}": v for k, v in values.items()}})
+    update_leases(tx, [lease_id], **values)
 
 
 def update_requests(tx: Tx, request_ids: Collection[str], **values: Any) -> None:
