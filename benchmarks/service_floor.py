@@ -180,8 +180,13 @@ def measure(admin_dsn: str, mode: str, workers: int, clients: int, seconds: floa
             "FLOOR_MODE": mode,
             "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])),
         }
-        command = [sys.executable, "-m", "uvicorn", "service_floor:create_app", "--factory", "--port", str(port)]
-        command += ["--workers", str(workers), "--log-level", "warning", "--no-access-log"]
+        # served as `respools server` serves its workers: a listening socket each (respools.server.listeners)
+        serve = (
+            "import uvicorn; from respools.server.listeners import run_workers; "
+            f"run_workers(uvicorn.Config('service_floor:create_app', factory=True, port={port}, workers={workers}, "
+            "log_level='warning', access_log=False))"
+        )
+        command = [sys.executable, "-c", serve]
         server = subprocess.Popen(command, env=env, start_new_session=True)
         url = f"http://127.0.0.1:{port}"
         try:

@@ -7,7 +7,7 @@ settings through :func:`respools.server.app.app_from_env`.
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -37,6 +37,7 @@ def server(
     """Run the pool service (REST API, reconciler, metrics)."""
     import uvicorn  # the server extra; imported here so that the client CLI works without it
 
+    from respools.server.listeners import run_workers, spreads_connections
     from respools.server.log_format import configure_logging
     from respools.server.settings import Settings
 
@@ -56,14 +57,19 @@ def server(
     if workers > 1 and not settings.is_postgres:
         raise typer.BadParameter("several workers need PostgreSQL; SQLite serves one process", param_hint="--workers")
     configure_logging(settings.log_level, settings.log_json, settings.access_log)
-    uvicorn.run(
-        "respools.server.app:app_from_env",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_config=None,
-        log_level=log_level.lower(),
-        access_log=access_log,
-        timeout_graceful_shutdown=5,
-    )
+    options: dict[str, Any] = {
+        "app": "respools.server.app:app_from_env",
+        "factory": True,
+        "host": host,
+        "port": port,
+        "workers": workers,
+        "log_config": None,
+        "log_level": log_level.lower(),
+        "access_log": access_log,
+        "timeout_graceful_shutdown": 5,
+    }
+    config = uvicorn.Config(**options)
+    if spreads_connections(config):
+        run_workers(config)
+    else:
+        uvicorn.run(**options)

@@ -41,6 +41,8 @@ class ServerProcess:
     port: int = field(default_factory=free_port)
     env: Mapping[str, str] = field(default_factory=dict)
     """Settings on top of :data:`FAST_RECONCILER` (``RESPOOLS_*`` variables)."""
+    workers: int = 1
+    """uvicorn worker processes (``--workers``; above 1 on PostgreSQL only)."""
     inherit_env: bool = True
     """Whether the child sees this process's environment; off to keep a caller's settings out."""
     process: subprocess.Popen[bytes] | None = None
@@ -59,6 +61,7 @@ class ServerProcess:
             | dict(self.env)
         )
         command = [sys.executable, "-c", "from respools.cli import app; app()", "server", "--port", str(self.port)]
+        command += ["--workers", str(self.workers)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(command, env=environment, stdout=out, stderr=subprocess.STDOUT)
