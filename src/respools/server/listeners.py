@@ -4,8 +4,9 @@ uvicorn's ``--workers`` binds one socket in the supervisor and hands it to every
 one accept queue, and whichever worker is awake when connections arrive takes them. Clients keep their
 connections alive, so a burst of them at start-up stays where it landed: measured with 32 clients and
 two workers, one worker often held nearly all of them (87% of a core against 3%) while the other idled,
-and the service ran at two thirds of its speed. With a socket per worker in a ``SO_REUSEPORT`` group,
-Linux spreads connections over the workers by a hash of their addresses, whoever is awake.
+and those runs did about three quarters of the lifecycles of the others. With a socket per worker in a
+``SO_REUSEPORT`` group, Linux spreads connections over the workers by a hash of their addresses,
+whoever is awake.
 
 The sockets are handed to uvicorn's own supervisor (which starts, watches and restarts the workers) as a
 list that pickles as the recipe rather than as a socket: each worker, started or restarted, unpickles
