@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from respools.model import Request, RequestState
+from respools.server.codec import WAIT_CLEARED
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,8 @@ class Granted:
         (the caller's copy is older or newer than the grant: read the request)."""
         if request.state != RequestState.PENDING or request.attempt != self.attempt:
             return None
-        decided = {"reason": None, "wait_reason": None, "queue_position": None, "nominated_pool": None}
-        return request.model_copy(update={"state": RequestState.GRANTED, "lease_id": self.lease_id} | decided)
+        granted = {"state": RequestState.GRANTED, "lease_id": self.lease_id, "reason": None, **WAIT_CLEARED}
+        return request.model_copy(update=granted)
 
 
 @dataclass(slots=True)

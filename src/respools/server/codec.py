@@ -86,6 +86,12 @@ def placement_of(document: Mapping[Any, Any]) -> Placement:
     return construct(Placement, {"items": [construct(PlacementItem, dict(item)) for item in document.get("items", ())]})
 
 
+WAIT_CLEARED: Mapping[str, None] = {"wait_reason": None, "queue_position": None, "nominated_pool": None}
+"""What a request says of its wait in the queue (fields of the model and columns of its row), cleared by
+whatever ends or restarts the wait: a grant, a rejection, a cancellation, a requeue. The row also has
+``wait_pool`` (not in the model), which those clear with it."""
+
+
 def request_of(row: Mapping[Any, Any]) -> Request:
     spec = row["spec"]
     wait_reason = row["wait_reason"]

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from respools.model import EventKind, Lease, RequestState
+from respools.server.codec import WAIT_CLEARED
 from respools.server.db.database import Tx
 from respools.server.db.statements import update_by_id, update_by_ids
 from respools.server.events import event_row
@@ -92,10 +93,8 @@ def complete_preemption(tx: Tx, lease: Lease, request: Mapping[Any, Any], how: s
             lease_id=None,
             queued_at=tx.now,
             reason=f"requeued after preemption (retry {attempt + 1} of {max_retries})",
-            wait_reason=None,
             wait_pool=None,
-            queue_position=None,
-            nominated_pool=None,
+            **WAIT_CLEARED,
         )
         events.append(
             event_row(

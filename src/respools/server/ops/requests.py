@@ -14,7 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from respools.model import EventKind, Request, RequestSpec, RequestState, Role
 from respools.server.auth import require_owner, require_writer
-from respools.server.codec import request_of, request_spec_document
+from respools.server.codec import WAIT_CLEARED, request_of, request_spec_document
 from respools.server.db.database import Database, Tx
 from respools.server.db.group_commit import GroupCommit
 from respools.server.db.joined import ALONE, Alone, Joinable, Kind, RunAlone
@@ -222,13 +222,7 @@ def submit_work(defs: DefinitionsCache, submission: Submission) -> Joinable[Subm
     return Joinable(Submits(defs), submission, alone)
 
 
-_EMPTY_DECISION = {
-    "reason": None,
-    "wait_reason": None,
-    "queue_position": None,
-    "nominated_pool": None,
-    "lease_id": None,
-}
+_EMPTY_DECISION = {"reason": None, "lease_id": None, **WAIT_CLEARED}
 
 
 def fetch(conn: sa.Connection, request_id: str) -> Request | None:
@@ -292,10 +286,8 @@ def cancel(db: Database, principal: Principal, request_id: str) -> Request:
             request_id,
             state=RequestState.CANCELLED.value,
             reason="cancelled by its owner",
-            wait_reason=None,
             wait_pool=None,
-            queue_position=None,
-            nominated_pool=None,
+            **WAIT_CLEARED,
         )
         events.append(
             event_row(

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from respools.model import EventKind, Lease, PoolSpec, PreemptReason, RequestState, dump_resources, format_resources
 from respools.scheduling import Decisions, Grant
 from respools.server.changes import Granted
-from respools.server.codec import placement_document
+from respools.server.codec import WAIT_CLEARED, placement_document
 from respools.server.db.database import Tx
 from respools.server.db.statements import INSERT_LEASE
 from respools.server.db.tables import LEASES, REQUESTS
@@ -122,10 +122,8 @@ def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcom
                 "state": RequestState.GRANTED.value,
                 "lease_id": lease_id,
                 "reason": None,
-                "wait_reason": None,
                 "wait_pool": None,
-                "queue_position": None,
-                "nominated_pool": None,
+                **WAIT_CLEARED,
                 "updated_at": now,
             }
         )
@@ -165,10 +163,8 @@ def _reject(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutco
                 "id": reject.request_id,
                 "state": RequestState.REJECTED.value,
                 "reason": reject.reason,
-                "wait_reason": None,
                 "wait_pool": None,
-                "queue_position": None,
-                "nominated_pool": None,
+                **WAIT_CLEARED,
                 "updated_at": tx.now,
             }
         )
