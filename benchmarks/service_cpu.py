@@ -5,8 +5,8 @@ figures swing by a third between runs (pgbench's own tps does too). This runs th
 auth, group commit, reconciler, notifications — in this process and drives it with ASGI calls, so the
 CPU it spends per lifecycle (request → grant → heartbeat → release) can be read from the process's own
 clock; on PostgreSQL the database's processes are counted beside it. uvicorn's HTTP parsing is not in
-the figure. The calls are made by hand: httpx's ASGI transport would add more CPU per call than a
-heartbeat costs the service.
+the figure; the calls' own JSON is (about 2% of it, by py-spy). The calls are made by hand: httpx's ASGI
+transport would add more CPU per call than a heartbeat costs the service.
 
     python benchmarks/service_cpu.py                   # SQLite and PostgreSQL, a table
     python benchmarks/service_cpu.py --stores sqlite --json
