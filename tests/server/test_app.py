@@ -1,4 +1,5 @@
-"""How the API's routers become the app: every route served and documented as its router declared it."""
+"""How the API's routers become the app's routes: each documented as its router declared it (the API suite calls
+them), and only routers without a lifespan of their own taken in this way."""
 
 from __future__ import annotations
 
