@@ -131,9 +131,11 @@ def postgres_cpu_s() -> float:
 
 async def measure(store: str, database_url: str, clients: int, per_client: int) -> Figures:
     from respools.server.app import create_app
+    from respools.server.gc_tuning import tune_for_serving
     from respools.server.settings import Settings
 
     app = create_app(Settings(database_url=database_url, admin_token=ADMIN_TOKEN, log_level="WARNING"))
+    tune_for_serving()  # as the app factory of ``respools server`` does
     async with app.router.lifespan_context(app):
         token = await define_world(app)
 

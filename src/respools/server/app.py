@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from respools import __version__
 from respools.server import dashboard
 from respools.server.errors import install_error_handlers
+from respools.server.gc_tuning import tune_for_serving
 from respools.server.log_format import configure_logging
 from respools.server.metrics import Metrics
 from respools.server.routes import events, health, leases, policies, pools, requests, reservations, subjects, tokens
@@ -127,7 +128,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """uvicorn factory: settings from ``RESPOOLS_*``, JSON logs configured."""
+    """uvicorn factory: settings from ``RESPOOLS_*``, JSON logs configured, the garbage collector set for
+    serving (see :mod:`.gc_tuning`): what this builds is the process's app."""
     settings = Settings.from_env()
     configure_logging(settings.log_level, settings.log_json, settings.access_log)
-    return create_app(settings)
+    app = create_app(settings)
+    tune_for_serving()
+    return app
