@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import psycopg
@@ -170,15 +170,23 @@ def server(database_url: str, workers: int, log_dir: Path) -> Iterator[str]:
         log.close()
 
 
+WORLD: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("PUT", "/v1/pools/bench", {"name": "bench", "capacity": {"gpu": 100000}}),
+    ("PUT", "/v1/subjects/bench", {"name": "bench"}),
+    ("POST", "/v1/policies", {"subject": "bench", "pool": "bench", "reserved": {"gpu": 100000}}),
+)
+"""The admin's calls that define the world: a pool with room for every client at once, a subject with a
+policy. Then :data:`SUBJECT_TOKEN` gives the subject its token."""
+SUBJECT_TOKEN = {"role": "subject", "subject": "bench"}
+
+
 def define_world(url: str) -> str:
-    """A pool with room for every client at once, a subject with a policy, and its token."""
+    """The :data:`WORLD` on the server at ``url``, and the subject's token."""
     admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
     with httpx.Client(base_url=url, headers=admin, timeout=10) as client:
-        client.put("/v1/pools/bench", json={"name": "bench", "capacity": {"gpu": 100000}}).raise_for_status()
-        client.put("/v1/subjects/bench", json={"name": "bench"}).raise_for_status()
-        policy = {"subject": "bench", "pool": "bench", "reserved": {"gpu": 100000}}
-        client.post("/v1/policies", json=policy).raise_for_status()
-        token: str = client.post("/v1/tokens", json={"role": "subject", "subject": "bench"}).json()["token"]
+        for method, path, body in WORLD:
+            client.request(method, path, json=body).raise_for_status()
+        token: str = client.post("/v1/tokens", json=SUBJECT_TOKEN).json()["token"]
     return token
 
 
@@ -221,7 +229,14 @@ class Connection:
             self.writer.close()
 
 
-async def lifecycle(conn: Connection) -> float:
+class Caller(Protocol):
+    """What :func:`lifecycle` calls the service through: a keep-alive connection here, the app itself in
+    ``service_cpu.py``."""
+
+    async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]: ...
+
+
+async def lifecycle(conn: Caller) -> float:
     """One request → grant → heartbeat → release; returns the grant latency in seconds."""
     started = time.perf_counter()
     status, request = await conn.call("POST", "/v1/requests?wait=10", {"resources": {"gpu": 1}, "preemptible": True})

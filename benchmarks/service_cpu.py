@@ -22,15 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service import DEFAULT_PG, scratch_database
-
-ADMIN_TOKEN = "rp_bench_" + uuid.uuid4().hex
+from service import ADMIN_TOKEN, DEFAULT_PG, SUBJECT_TOKEN, WORLD, lifecycle, scratch_database
 
 
 @dataclass
@@ -45,75 +42,68 @@ class Figures:
     lifecycles_per_s: float
 
 
-async def call(app: Any, method: str, target: str, token: str, body: Any = None) -> tuple[int, Any]:
-    """One HTTP call as uvicorn would hand it to the app."""
-    payload = b"" if body is None else json.dumps(body).encode()
-    path, _, query = target.partition("?")
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode(),
-        "root_path": "",
-        "headers": [
-            (b"host", b"bench"),
-            (b"authorization", f"Bearer {token}".encode()),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(payload)).encode()),
-        ],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-        "state": {},
-    }
-    delivered = False
+class AppCaller:
+    """Calls the app as uvicorn would hand them to it, with ``token``: a :class:`service.Caller`."""
 
-    async def receive() -> dict[str, Any]:
-        nonlocal delivered
-        if not delivered:
-            delivered = True
-            return {"type": "http.request", "body": payload, "more_body": False}
-        await asyncio.Event().wait()  # the client never disconnects
-        raise AssertionError("unreachable")
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.authorization = f"Bearer {token}".encode()
 
-    status, chunks = 0, []
+    async def call(self, method: str, target: str, body: Any = None) -> tuple[int, Any]:
+        payload = b"" if body is None else json.dumps(body).encode()
+        path, _, query = target.partition("?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": query.encode(),
+            "root_path": "",
+            "headers": [
+                (b"host", b"bench"),
+                (b"authorization", self.authorization),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+            "client": ("127.0.0.1", 1),
+            "server": ("127.0.0.1", 80),
+            "state": {},
+        }
+        delivered = False
 
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = message["status"]
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
+        async def receive() -> dict[str, Any]:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": payload, "more_body": False}
+            await asyncio.Event().wait()  # the client never disconnects
+            raise AssertionError("unreachable")
 
-    await app(scope, receive, send)
-    data = b"".join(chunks)
-    return status, json.loads(data) if data else None
+        status, chunks = 0, []
 
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
 
-async def lifecycle(app: Any, token: str) -> None:
-    status, request = await call(app, "POST", "/v1/requests?wait=10", token, {"resources": {"gpu": 1}})
-    if status != 201 or request["state"] != "granted":
-        raise RuntimeError(f"not granted: {status} {request}")
-    for action in ("heartbeat", "release"):
-        status, answer = await call(app, "POST", f"/v1/leases/{request['lease_id']}/{action}", token)
-        if status != 200:
-            raise RuntimeError(f"{action} answered {status}: {answer}")
+        await self.app(scope, receive, send)
+        data = b"".join(chunks)
+        return status, json.loads(data) if data else None
 
 
 async def define_world(app: Any) -> str:
-    for method, path, body in (
-        ("PUT", "/v1/pools/bench", {"name": "bench", "capacity": {"gpu": 100000}}),
-        ("PUT", "/v1/subjects/bench", {"name": "bench"}),
-        ("POST", "/v1/policies", {"subject": "bench", "pool": "bench", "reserved": {"gpu": 100000}}),
-    ):
-        status, answer = await call(app, method, path, ADMIN_TOKEN, body)
+    """The benchmark's :data:`service.WORLD` in ``app``, and the subject's token."""
+    admin = AppCaller(app, ADMIN_TOKEN)
+    for method, path, body in (*WORLD, ("POST", "/v1/tokens", SUBJECT_TOKEN)):
+        status, answer = await admin.call(method, path, body)
         if status >= 300:
             raise RuntimeError(f"{method} {path} answered {status}: {answer}")
-    _, token = await call(app, "POST", "/v1/tokens", ADMIN_TOKEN, {"role": "subject", "subject": "bench"})
-    return str(token["token"])
+    return str(answer["token"])
 
 
 def postgres_cpu_s() -> float:
@@ -140,8 +130,9 @@ async def measure(store: str, database_url: str, clients: int, per_client: int) 
         token = await define_world(app)
 
         async def client(count: int) -> None:
+            caller = AppCaller(app, token)
             for _ in range(count):
-                await lifecycle(app, token)
+                await lifecycle(caller)
 
         await asyncio.gather(*(client(5) for _ in range(clients)))  # warm up: connections, statements, caches
         database_before = postgres_cpu_s() if store == "postgres" else None
