@@ -40,6 +40,9 @@ import psycopg
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_clock import cpu_use
+
 ADMIN_TOKEN = "rp_bench_" + uuid.uuid4().hex
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 SRC = str(Path(__file__).resolve().parent.parent / "src")
@@ -58,6 +61,18 @@ class Figures:
     light_grant_p99_ms: float
     errors: int
     server_processes: int
+    server_cpu_ms: float | None = None
+    """CPU per lifecycle under load: the server's processes (:mod:`cpu_clock`)."""
+    database_cpu_ms: float | None = None
+    """… PostgreSQL's processes (``None`` on SQLite, where the database runs inside the server)."""
+    client_cpu_ms: float | None = None
+    """… this script's own, which generates the load on the same cores."""
+    cpu_ceiling_per_s: float | None = None
+    """Lifecycles/s with every core busy on this load at these CPU costs: what more clients could reach.
+    One server process runs its Python on one core at a time, so with one process (SQLite) it is out of
+    reach while the machine is far from busy."""
+    machine_busy: float | None = None
+    """Share of all cores busy under load, whoever used them."""
 
 
 @dataclass
@@ -125,8 +140,16 @@ def pgbench(admin_dsn: str, seconds: int, clients: int) -> tuple[float | None, s
 # -- the server under test -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Served:
+    """A running ``respools server``: where it answers, and its process (its workers are children)."""
+
+    url: str
+    pid: int
+
+
 @contextmanager
-def server(database_url: str, workers: int, log_dir: Path) -> Iterator[str]:
+def server(database_url: str, workers: int, log_dir: Path) -> Iterator[Served]:
     port = free_port()
     env = os.environ | {
         "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
@@ -160,7 +183,7 @@ def server(database_url: str, workers: int, log_dir: Path) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise TimeoutError("server did not become ready")
             time.sleep(0.2)
-        yield url
+        yield Served(url, process.pid)
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -280,11 +303,13 @@ async def load(url: str, token: str, clients: int, seconds: float) -> tuple[int,
     return sum(counts), latencies, errors, elapsed
 
 
-def measure(store: str, url: str, clients: int, seconds: float, processes: int) -> Figures:
+def measure(store: str, served: Served, clients: int, seconds: float, processes: int) -> Figures:
+    url = served.url
     token = define_world(url)
     asyncio.run(load(url, token, 4, 1.0))  # warm up: connections, prepared statements, caches
     _, light, _, _ = asyncio.run(load(url, token, 1, min(5.0, seconds)))
-    count, latencies, errors, elapsed = asyncio.run(load(url, token, clients, seconds))
+    with cpu_use(served.pid, database=store == "postgres") as cpu:
+        count, latencies, errors, elapsed = asyncio.run(load(url, token, clients, seconds))
     return Figures(
         store=store,
         lifecycles_per_s=count / elapsed,
@@ -297,10 +322,19 @@ def measure(store: str, url: str, clients: int, seconds: float, processes: int) 
         light_grant_p99_ms=1000 * percentile(light, 0.99),
         errors=errors,
         server_processes=processes,
+        **cpu.per(count),
+        machine_busy=cpu.machine_busy,
     )
 
 
 # -- output ----------------------------------------------------------------------------------------
+
+
+def cpu_split(f: Figures) -> str:
+    if f.server_cpu_ms is None or f.client_cpu_ms is None:
+        return "—"
+    database = "—" if f.database_cpu_ms is None else f"{f.database_cpu_ms:.2f}"
+    return f"{f.server_cpu_ms:.2f} + {database} + {f.client_cpu_ms:.2f} ms"
 
 
 def print_table(report: Report) -> None:
@@ -321,6 +355,9 @@ def print_table(report: Report) -> None:
         "grant p50 (1 client)",
         "grant p99 (1 client)",
         "errors",
+        "CPU/lifecycle: server + db + load",
+        "machine busy",
+        "all cores busy",
     ):
         table.add_column(column, justify="right" if column != "store" else "left")
     for f in report.figures:
@@ -334,8 +371,11 @@ def print_table(report: Report) -> None:
             f"{f.light_grant_p50_ms:.1f} ms",
             f"{f.light_grant_p99_ms:.1f} ms",
             str(f.errors),
+            cpu_split(f),
+            "—" if f.machine_busy is None else f"{100 * f.machine_busy:.0f}%",
+            "—" if f.cpu_ceiling_per_s is None else f"{f.cpu_ceiling_per_s:,.0f}/s",
         )
-    console = Console(width=160)
+    console = Console(width=220)
     console.print(table)
     if report.pgbench_tps is not None:
         share = (
@@ -370,11 +410,11 @@ def main(argv: list[str] | None = None) -> int:
         logs = Path(tmp)
         for store in stores:
             if store == "sqlite":
-                with server(f"sqlite:///{logs / 'bench.db'}", 1, logs) as url:
-                    report.figures.append(measure("sqlite", url, args.clients, args.duration, 1))
+                with server(f"sqlite:///{logs / 'bench.db'}", 1, logs) as served:
+                    report.figures.append(measure("sqlite", served, args.clients, args.duration, 1))
             elif store == "postgres":
-                with scratch_database(args.pg, "respools_bench") as db, server(db, args.pg_workers, logs) as url:
-                    figures = measure("postgres", url, args.clients, args.duration, args.pg_workers)
+                with scratch_database(args.pg, "respools_bench") as db, server(db, args.pg_workers, logs) as served:
+                    figures = measure("postgres", served, args.clients, args.duration, args.pg_workers)
                     report.figures.append(figures)
             else:
                 parser.error(f"unknown store {store!r}")

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_clock import postgres_cpu_s
 from service import ADMIN_TOKEN, DEFAULT_PG, SUBJECT_TOKEN, WORLD, lifecycle, scratch_database
 
 
@@ -104,19 +104,6 @@ async def define_world(app: Any) -> str:
         if status >= 300:
             raise RuntimeError(f"{method} {path} answered {status}: {answer}")
     return str(answer["token"])
-
-
-def postgres_cpu_s() -> float:
-    """CPU seconds used so far by the processes of the ``postgres`` user (the server's)."""
-    pids = subprocess.run(["pgrep", "-u", "postgres"], capture_output=True, text=True).stdout.split()
-    ticks = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # it ended meanwhile
-        ticks += int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 async def measure(store: str, database_url: str, clients: int, per_client: int) -> Figures:

@@ -39,6 +39,7 @@ import psycopg
 from pydantic import BaseModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cpu_clock import cpu_use
 from service import DEFAULT_PG, free_port, load, percentile, scratch_database
 
 SCHEMA = (
@@ -200,7 +201,8 @@ def measure(admin_dsn: str, mode: str, workers: int, clients: int, seconds: floa
                         raise RuntimeError("the skeleton did not start") from None
                     time.sleep(0.2)
             asyncio.run(load(url, "unused", 4, 1.0))
-            count, latencies, errors, elapsed = asyncio.run(load(url, "unused", clients, seconds))
+            with cpu_use(server.pid, database=True) as cpu:
+                count, latencies, errors, elapsed = asyncio.run(load(url, "unused", clients, seconds))
         finally:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(15)
@@ -212,6 +214,8 @@ def measure(admin_dsn: str, mode: str, workers: int, clients: int, seconds: floa
         "submit_p50_ms": 1000 * percentile(latencies, 0.5),
         "submit_p99_ms": 1000 * percentile(latencies, 0.99),
         "errors": errors,
+        **cpu.per(count),
+        "machine_busy": cpu.machine_busy,
     }
 
 
@@ -232,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  {f['mode']:>12}: {f['lifecycles_per_s']:7,.0f} lifecycles/s  submit p50 {f['submit_p50_ms']:.1f} ms  "
             f"p99 {f['submit_p99_ms']:.1f} ms  ({f['server_processes']} processes, {f['clients']} clients, "
-            f"{f['errors']} errors)"
+            f"{f['errors']} errors)\n{'':>16}CPU per lifecycle: server {f['server_cpu_ms']:.2f} ms, PostgreSQL "
+            f"{f['database_cpu_ms']:.2f} ms, load {f['client_cpu_ms']:.2f} ms; "
+            f"machine {100 * f['machine_busy']:.0f}% busy; every core busy: {f['cpu_ceiling_per_s']:,.0f} lifecycles/s"
         )
     return 0
 
