@@ -10,39 +10,34 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import psutil
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds used so far by process ``pid`` and its living descendants (a server's workers)."""
+def _cpu_s(processes: Iterable[psutil.Process]) -> float:
+    """CPU seconds used so far by ``processes``, user and system, skipping any that ended meanwhile."""
     total = 0.0
-    root = psutil.Process(pid)
-    for process in (root, *root.children(recursive=True)):
+    for process in processes:
         try:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
-            continue  # it ended meanwhile
+            continue
         total += times.user + times.system
     return total
 
 
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its living descendants (a server's workers)."""
+    root = psutil.Process(pid)
+    return _cpu_s((root, *root.children(recursive=True)))
+
+
 def postgres_cpu_s() -> float:
     """CPU seconds used so far by the processes of the ``postgres`` user (the local server's)."""
-    total = 0.0
-    for process in psutil.process_iter(["username", "cpu_times"]):
-        if process.info["username"] == "postgres" and process.info["cpu_times"] is not None:
-            times = process.info["cpu_times"]
-            total += times.user + times.system
-    return total
-
-
-def own_cpu_s() -> float:
-    """CPU seconds used so far by this process, every thread (the load generator)."""
-    return time.process_time()
+    return _cpu_s(p for p in psutil.process_iter(["username"]) if p.info["username"] == "postgres")
 
 
 @dataclass
@@ -75,13 +70,13 @@ def cpu_use(server_pid: int, *, database: bool) -> Iterator[CpuUse]:
     ``database``, and this process."""
     use = CpuUse()
     psutil.cpu_percent()  # starts the machine-wide interval
-    server, client, wall = tree_cpu_s(server_pid), own_cpu_s(), time.perf_counter()
+    server, client, wall = tree_cpu_s(server_pid), time.process_time(), time.perf_counter()
     database_before = postgres_cpu_s() if database else None
     try:
         yield use
     finally:
         use.server_s = tree_cpu_s(server_pid) - server
-        use.client_s = own_cpu_s() - client
+        use.client_s = time.process_time() - client  # every thread of this process
         use.wall_s = time.perf_counter() - wall
         if database_before is not None:
             use.database_s = postgres_cpu_s() - database_before
