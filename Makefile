@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt $(wildcard integrations/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
-	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[server,nvml,dev]' $(foreach i,$(INTEGRATIONS),-e '$(i)[test]')
+	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[server,nvml,report,dev]' $(foreach i,$(INTEGRATIONS),-e '$(i)[test]')
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -34,6 +34,8 @@ class Simulation:
     policies: list[PolicySpec]
     reservations: list[ReservationSpec] = field(default_factory=list)
     now: datetime = T0
+    lease_lifetime: timedelta = timedelta(days=7)  # scenarios that test expiry set the lease's expiry
+    record_waits: bool = True  # each waiter's reason, for readers of requests; a long replay skips it
     requests: dict[str, Request] = field(default_factory=dict)
     leases: dict[str, Lease] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
@@ -98,7 +100,7 @@ class Simulation:
                 attempt=request.attempt,
                 granted_at=self.now,
                 started_at=self.now,
-                expires_at=self.now + timedelta(days=7),  # scenarios that test expiry set it
+                expires_at=self.now + self.lease_lifetime,
                 max_runtime_s=request.max_runtime_s,
             )
             request.state = RequestState.GRANTED
@@ -115,7 +117,7 @@ class Simulation:
                 lease.preempted_for = p.request_id
                 lease.preempt_deadline = self.now + timedelta(seconds=pools[p.pool].preemption_grace_s)
             self.requests[p.request_id].nominated_pool = p.pool
-        for run in d.wait_runs:
+        for run in d.wait_runs if self.record_waits else ():
             for request_id in run.request_ids:
                 self.requests[request_id].wait_reason = run.reason
         for e in d.expiries:

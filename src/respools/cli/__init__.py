@@ -31,8 +31,10 @@ def _register() -> None:
         reservations,  # noqa: F401
         run,  # noqa: F401
         server,  # noqa: F401
+        simulate,  # noqa: F401
         subjects,  # noqa: F401
         tokens,  # noqa: F401
+        trace,  # noqa: F401
     )
 
 

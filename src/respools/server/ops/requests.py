@@ -88,6 +88,11 @@ def _replay(row: sa.RowMapping, spec: RequestSpec) -> Request:
     return request_of(row)
 
 
+TRACED_FIELDS = {"labels", "resources", "replicas", "preemptible", "priority", "pools", "max_retries"}
+"""What a submission's event carries of its spec, so the event log alone replays as a trace
+(``respools trace export``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Submission:
     """A request to queue, checked as far as it can be without the store."""
@@ -125,7 +130,7 @@ def _queue(tx: Tx, submissions: Sequence[Submission]) -> list[Request] | None:
             f"request {s.request_id} submitted",
             subject=s.subject,
             request_id=s.request_id,
-            data={"labels": s.spec.labels},
+            data=s.spec.model_dump(mode="json", include=TRACED_FIELDS),
         )
         for s in submissions
     ]
