@@ -46,26 +46,29 @@ def test_a_reclaimed_borrower_steps_aside_resumes_from_its_checkpoint_and_finish
 
 
 def test_figures_split_in_share_and_borrowed_and_compare_with_the_reference() -> None:
-    """Reference: b runs 0-3600 on 8 GPUs, o waits for it and runs 3600-5400 on 4: busy 8·3600 + 4·1800 GPU-s
-    in a window of 5400 s → 36,000 / 43,200. respools: 8·1005 + 4·1800 + 8·3000 = 39,240 GPU-s, all in the
-    window (5810 > 5400 clips the last 410 s on 8 GPUs → 35,960)."""
+    """The same two steps and a last one submitted at 6000: the window is 0-6000 s of 8 GPUs (48,000 GPU-s).
+    Reference: b runs 0-3600 on 8 GPUs, o waits for it and runs 3600-5400 on 4: 36,000 GPU-s busy. respools:
+    8·1005 + 4·1800 + 8·3000 = 39,240 GPU-s: busier than the reference, by the 405 s on 8 GPUs that the
+    preemption threw away and b ran again."""
     jobs = [
         job("b", 0, "borrower", 8, 3600, preemptible=True, max_retries=1, checkpoint_s=600),
         job("o", 1000, "owner", 4, 1800),
+        job("last", 6000, "owner", 1, 1),
     ]
     run = replay(jobs, POOL, OWNER_AND_BORROWER)
     reference = work_conserving(jobs, POOL, OWNER_AND_BORROWER)
-    out = figures(run, reference, last_submit_s=1000)
-    assert out.window_s == 5400
+    out = figures(run, reference, last_submit_s=6000)
+    assert out.window_s == 6000
     (pool,) = out.pools
-    assert pool.reference_utilization == pytest.approx(36_000 / 43_200)
-    assert pool.utilization == pytest.approx(35_960 / 43_200)
+    assert pool.reference_utilization == pytest.approx(36_000 / 48_000)
+    assert pool.utilization == pytest.approx(39_240 / 48_000)
     borrower = next(s for s in out.subjects if s.subject == "borrower")
     # Each of b's leases held 8 GPUs, 4 of them borrowed: (1005 + 3000) s · 4 GPUs each side.
     assert borrower.in_share_gpu_h == pytest.approx(4005 * 4 / 3600)
     assert borrower.borrowed_gpu_h == pytest.approx(4005 * 4 / 3600)
     assert borrower.preemptions == 1 and borrower.lost_gpu_h == pytest.approx(405 * 8 / 3600)
     assert borrower.entitlement == 0.5
+    assert borrower.share == pytest.approx((8 * 1005 + 8 * 3000) / 48_000)
 
 
 def test_a_step_out_of_retries_ends_preempted_and_one_that_can_never_fit_is_rejected() -> None:

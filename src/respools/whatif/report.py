@@ -1,9 +1,9 @@
 """Figures of a replay, side by side with its work-conserving reference.
 
-Everything is measured in one window per definitions file: from the trace's second 0 to when the
-reference has finished all the work it could do (never earlier than the last submission). Busy time is
-clipped to that window for both, so "utilization" means the same thing on both sides; what respools
-runs after the window (its queue drains later than the reference's) shows in the waits instead.
+Utilization is measured in one window per trace: from second 0 to the last submission, the span in
+which demand keeps arriving (a trace submitted at one instant uses the reference's makespan instead).
+Busy time is clipped to that window on both sides, so the two figures mean the same thing; how much
+longer respools takes to drain its queue after the last arrival shows in the waits instead.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class Figures:
 
 
 def figures(run: RunResult, reference: ReferenceRun, last_submit_s: float) -> Figures:
-    window = max(reference.end_s, last_submit_s, 1e-9)
+    window = last_submit_s if last_submit_s > 0 else max(reference.end_s, 1e-9)
     out = Figures(run.label, window, run.cycles, run.wall_s)
     for pool in run.pools:
         gpus = pool_capacity(pool).get(GPU, 0) / MILLI
