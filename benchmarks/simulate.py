@@ -38,8 +38,10 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "whatif"
 _VALGRIND = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
 
 
-def measure(gpus: int, jobs: int, days: float, definitions: Path, cycle_s: float) -> dict[str, float | int | None]:
-    trace = generate(SyntheticSpec(gpus=gpus, jobs=jobs, days=days))
+def measure(
+    gpus: int, jobs: int, days: float, definitions: Path, cycle_s: float, preemptible_share: float
+) -> dict[str, float | int | None]:
+    trace = generate(SyntheticSpec(gpus=gpus, jobs=jobs, days=days, preemptible_share=preemptible_share))
     doc = load_definitions(Source.read(definitions))
     began = time.perf_counter()
     run = replay(trace, doc.pools, doc.policies, doc.reservations, options=ReplayOptions(cycle_s=cycle_s))
@@ -51,6 +53,7 @@ def measure(gpus: int, jobs: int, days: float, definitions: Path, cycle_s: float
         "jobs": jobs,
         "days": days,
         "cycle_s": cycle_s,
+        "preemptible_share": preemptible_share,
         "replay_s": round(replay_s, 2),
         "cycles": run.cycles,
         "ms_per_cycle": round(1000 * replay_s / max(run.cycles, 1), 3),
@@ -96,11 +99,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--cycle-s", type=float, default=ReplayOptions.cycle_s)
+    parser.add_argument("--preemptible-share", type=float, default=SyntheticSpec.preemptible_share)
     parser.add_argument("-f", "--definitions", type=Path, default=EXAMPLES / "borrow-everywhere.yaml")
     parser.add_argument("--instructions", action="store_true", help="also count a 5,000-step replay's instructions")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    figures_ = measure(args.gpus, args.jobs, args.days, args.definitions, args.cycle_s)
+    figures_ = measure(args.gpus, args.jobs, args.days, args.definitions, args.cycle_s, args.preemptible_share)
     if args.instructions:
         scale = 5_000 / args.jobs
         count = instructions(args.gpus, 5_000, args.days * scale, args.definitions, args.cycle_s)

@@ -117,6 +117,7 @@ class _Replay:
     next_cycle: float | None = None
     last_cycle: float = -math.inf
     cycles: int = 0
+    pending: int = 0  # requests the next cycle can decide on: no cycle without one
     _seq: itertools.count[int] = field(default_factory=itertools.count)
 
     def push(self, at: float, kind: _Kind, payload: object = None) -> None:
@@ -185,15 +186,17 @@ class _Replay:
             submitted_at=self.sim.now,
         )
         self.live[rid] = _Live(job, record, rid, pending_since=self.clock)
+        self.pending += 1
         self.changed()
 
     def cycle(self) -> None:
         self.next_cycle = None
         self.last_cycle = self.clock
-        if not any(r.state == RequestState.PENDING for r in self.sim.requests.values()):
+        if not self.pending:
             return
         self.cycles += 1
         decisions = self.sim.step()
+        self.pending -= len(decisions.grants) + len(decisions.rejects)
         for grant in decisions.grants:
             entry = self.live[grant.request_id]
             entry.lease_id = self.sim.requests[grant.request_id].lease_id
@@ -249,6 +252,7 @@ class _Replay:
         del self.sim.leases[lease_id]
         if self.sim.requests[request_id].state == RequestState.PENDING:
             entry.pending_since = self.clock
+            self.pending += 1
         else:
             entry.record.outcome = "preempted"
             del self.live[request_id], self.sim.requests[request_id]
