@@ -37,7 +37,7 @@ def write_report(path: Path, trace_name: str, runs: Sequence[Figures]) -> None:
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <style>
 body {{ font-family: system-ui, sans-serif; margin: 2rem; color: #1d2433; }}
-table {{ border-collapse: collapse; margin: 1rem 0 2rem; font-size: 0.9rem; }}
+table {{ border-collapse: collapse; margin: 1rem 0 2rem; font-size: 0.8rem; }}
 th, td {{ border-bottom: 1px solid #d8dde6; padding: 0.3rem 0.7rem; text-align: right; }}
 th:first-child, td:first-child, th:nth-child(2), td:nth-child(2) {{ text-align: left; }}
 figure {{ margin: 1rem 0; }} svg {{ max-width: 100%; height: auto; }}
@@ -73,7 +73,9 @@ def _bars(axes: Axes, labels: list[str], series: dict[str, list[float]], *, stac
         axes.bar(offsets, values, width, label=name, bottom=bottoms if stacked else None)
         if stacked:
             bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
-    axes.set_xticks(range(len(labels)), labels)
+    axes.set_xticks(
+        range(len(labels)), labels, rotation=30 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center"
+    )
     axes.legend(fontsize="small")
 
 
