@@ -247,10 +247,23 @@ def test_expiry_and_revocation_return_capacity() -> None:
     first = sim.step()
     assert first.preemptions[0].lease_ids == (sim.lease_of(slow).id,)
     sim.now += timedelta(seconds=31)
+    slow_lease = sim.lease_of(slow)
+    slow_lease.expires_at = sim.now + timedelta(seconds=10)  # its holder still heartbeats
     d = sim.step()
     assert [e.lease_id for e in d.expiries] == [sim.lease_of(stale).id]
-    assert [r.lease_id for r in d.revocations] == [sim.lease_of(slow).id]
-    assert sim.requests[owner].state == RequestState.GRANTED
+    assert d.revocations == [] and [o.lease_id for o in d.overdue] == [slow_lease.id]
+    assert sim.requests[owner].state == RequestState.GRANTED, "on the capacity the expiry returned"
+    assert slow_lease.state == RequestState.PREEMPTING, "an overdue lease keeps its capacity"
+    later = sim.submit("owner", False, gpu=1)
+    d = sim.step()
+    assert sim.requests[later].state == RequestState.PENDING
+    sim.now += timedelta(seconds=5)
+    d = sim.step()
+    assert d.overdue == [] and d.revocations == [], "overdue once; its holder is not silent yet"
+    sim.now += timedelta(seconds=5)
+    d = sim.step()
+    assert [r.lease_id for r in d.revocations] == [slow_lease.id], "silent for its TTL: taken for gone"
+    assert sim.requests[later].state == RequestState.GRANTED
 
 
 def test_wait_messages_never_show_negative_amounts() -> None:

@@ -3,9 +3,10 @@
 Every interval the agent discovers the host's GPUs through NVML and ``PUT``s them to
 ``/v1/pools/{pool}/hosts/{host}`` (the heartbeat: a host whose heartbeats stop is aged out by the server,
 which takes its GPUs out of the pool but keeps existing leases' records, so the agent deletes nothing when
-it stops). It also runs the NVML watchdog and posts over-use to ``/v1/leases/{id}/overuse``, and stops the
+it stops). It also runs the NVML watchdog and posts over-use to ``/v1/leases/{id}/overuse``, stops the
 workload of a local lease whose preemption deadline passed (or that was preempted or expired) when its
-holder is still running here.
+holder is still running here, and confirms to ``/v1/leases/{id}/stopped`` that a preempting lease's
+workload is gone (its process group and its NVML compute processes), which hands its GPUs over.
 
 The loop is a plain object with injected HTTP transport, clock and wait, so tests drive it tick by tick.
 """
@@ -114,6 +115,10 @@ class ServerApi:
     def post_overuse(self, event: OveruseEvent) -> None:
         self._request("POST", f"/v1/leases/{event.lease_id}/overuse", json=event.model_dump(mode="json"))
 
+    def post_stopped(self, lease_id: str, backend: str, evidence: str, host: str) -> None:
+        body = {"backend": backend, "evidence": evidence, "host": host}
+        self._request("POST", f"/v1/leases/{lease_id}/stopped", json=body)
+
 
 @dataclass
 class TickReport:
@@ -123,6 +128,8 @@ class TickReport:
     discovery_error: str | None = None
     overuse: list[OveruseEvent] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)
+    """Leases whose stop this tick confirmed to the server."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -209,19 +216,40 @@ class HostAgent:
                 report.errors.append(f"watchdog: {exc}")
 
     def _enforce(self, report: TickReport) -> None:
-        """Stop registered workloads whose lease the server has taken back."""
-        self.backend.registry.prune()
-        for holder in self.backend.registry.holders():
+        """Stop registered workloads whose lease the server has taken back, and confirm to the server
+        the stop of every preempting lease whose workload is gone from here: an overdue lease keeps its
+        GPUs until then (DESIGN §2.8)."""
+        unconfirmed: set[str] = set()
+        for holder in self.backend.registry.registered():
             if holder.pool != self.pool_name or holder.host != self.backend.host:
                 continue
             try:
                 lease = self.api.get_lease(holder.lease_id)
             except (httpx.HTTPError, ValidationError, ValueError) as exc:
                 report.errors.append(f"lease {holder.lease_id}: state unknown ({describe(exc)})")
+                unconfirmed.add(holder.lease_id)
                 continue
-            if lease is not None and self._must_stop(lease):
+            if lease is None or not self._must_stop(lease):
+                continue
+            if self.backend.registry.get(lease.id) is not None:
                 self.backend.stop(lease, self.pool)
                 report.stopped.append(lease.id)
+            if lease.state is RequestState.PREEMPTING and not self._confirm(lease, report):
+                unconfirmed.add(lease.id)
+        self.backend.registry.prune(keep=unconfirmed)
+
+    def _confirm(self, lease: Lease, report: TickReport) -> bool:
+        """Tell the server the lease's workload is gone, if it is; False while it is not (or unsaid)."""
+        evidence = self.backend.confirm_stopped(lease, self.pool)
+        if evidence is None:
+            return False
+        try:
+            self.api.post_stopped(lease.id, self.backend.name, evidence, self.backend.host)
+        except httpx.HTTPError as exc:
+            report.errors.append(f"lease {lease.id}: stop not confirmed ({describe(exc)})")
+            return False
+        report.confirmed.append(lease.id)
+        return True
 
     def _must_stop(self, lease: Lease) -> bool:
         if lease.state in STOP_STATES:
@@ -229,6 +257,8 @@ class HostAgent:
         deadline = lease.preempt_deadline
         if lease.state is not RequestState.PREEMPTING or deadline is None:
             return False
+        if lease.overdue_since is not None:
+            return True
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)  # the API speaks UTC
         return deadline <= self.now()

@@ -4,11 +4,13 @@ stopping the workload of a lease whose preemption deadline passed."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from respools.backends import BackendError, get_backend
-from respools.model import Lease, PoolSpec
+from respools.model import Lease, PoolSpec, RequestState
 from respools.server.errors import invalid
+from respools.server.schemas import StopConfirmation
 
 log = logging.getLogger(__name__)
 
@@ -35,22 +37,33 @@ def vet_pool(pool: PoolSpec) -> PoolSpec:
     return pool
 
 
-class WorkloadStopper:
-    """Stops workloads of revoked leases off the reconciler's thread: a backend may wait out a SIGKILL
-    grace period, and the next cycle must not wait for it."""
+Confirm = Callable[[str, StopConfirmation], object]
+"""Records a backend's confirmation that a lease's workload stopped (``ops.leases.confirm_stop``)."""
 
-    def __init__(self) -> None:
+
+class WorkloadStopper:
+    """Stops workloads of overdue leases off the reconciler's thread (a backend may wait out a SIGKILL
+    grace period, and the next cycle must not wait for it), then asks the backend to confirm the stop
+    and records a confirmation, which hands the lease's capacity over (DESIGN §2.8)."""
+
+    def __init__(self, confirm: Confirm | None = None) -> None:
         self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="respools-stop")
+        self._confirm = confirm
 
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         self._executor.submit(self._stop, lease, pool)
 
-    @staticmethod
-    def _stop(lease: Lease, pool: PoolSpec) -> None:
+    def _stop(self, lease: Lease, pool: PoolSpec) -> None:
         try:
-            get_backend(pool.stack).stop(lease, pool)
+            backend = get_backend(pool.stack)
+            backend.stop(lease, pool)
+            evidence = backend.confirm_stopped(lease, pool)
+            if evidence is not None and self._confirm is not None and lease.state == RequestState.PREEMPTING:
+                self._confirm(lease.id, StopConfirmation(backend=backend.name, evidence=evidence))
         except Exception:
-            log.exception("stopping a revoked lease's workload failed", extra={"lease_id": lease.id, "pool": pool.name})
+            log.exception(
+                "stopping an overdue lease's workload failed", extra={"lease_id": lease.id, "pool": pool.name}
+            )
 
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
