@@ -59,6 +59,10 @@ class FakeServer:
             return httpx.Response(200, json=lease) if lease else httpx.Response(404, json={"detail": "no lease"})
         if method == "POST" and path.endswith("/overuse"):
             return httpx.Response(202, json={})
+        if method == "POST" and path.endswith("/stopped"):
+            lease = self.leases[path.split("/")[-2]]
+            lease |= {"state": "preempted"}
+            return httpx.Response(200, json=lease)
         return httpx.Response(404, json={"detail": f"no route {method} {path}"})
 
     def sent(self, method: str, suffix: str = "") -> list[httpx.Request]:
