@@ -15,8 +15,11 @@ request is withdrawn. :func:`respools.requires` and ``respools run`` are loops o
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
+import os
+import sys
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -33,9 +36,22 @@ from respools.model import Lease, RequestSpec
 
 log = logging.getLogger("respools.client")
 
+FENCED_EXIT_STATUS = 128 + 9
+"""Exit status of a process that fenced itself at a preemption deadline: a SIGKILL's, as if stopped."""
+
 _current: contextvars.ContextVar[LeaseSession | None] = contextvars.ContextVar("respools_lease", default=None)
 _default_client: Client | None = None
 _default_lock = threading.Lock()
+
+
+def fence_process() -> None:
+    """End this process now: no ``finally`` blocks, no atexit (the step's own cleanup could block on the
+    GPU the next holder is about to get); logs and standard streams are flushed first."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(FENCED_EXIT_STATUS)
 
 
 def default_client() -> Client:
@@ -70,10 +86,15 @@ class LeaseSession:
         timeout: float | None = None,
         progress: bool | None = None,
         interrupt: bool = True,
+        fence: bool = True,
     ) -> None:
         self.spec = spec
         self.interrupt = interrupt
         """Raise notice in the step's thread; ``False`` leaves it to ``check()`` / ``preempted``."""
+        self.fence = fence
+        """End this process (after releasing the lease) if the block is still running at the preemption
+        deadline; ``False`` leaves stopping to the caller, the lease staying overdue (holding its GPUs)
+        until the block ends or its heartbeats stop for a TTL."""
         self.hooks: Hooks[LeaseSession] = hooks or Hooks()
         self._client = client
         self._timeout = timeout
@@ -196,7 +217,9 @@ class LeaseSession:
         if self._queue is None:
             self._queue = QueueEntry(self.client, self.spec, timeout=self._timeout, progress=self._progress)
         request = self._queue.wait_for_grant()
-        holding = Holding(self.client, request, on_notice=self._on_notice, on_lost=self._on_lost)
+        holding = Holding(
+            self.client, request, on_notice=self._on_notice, on_lost=self._on_lost, on_deadline=self._on_deadline
+        )
         self._holding = holding
         try:
             lease = holding.activate()
@@ -283,3 +306,30 @@ class LeaseSession:
 
     def _on_lost(self, lost: type[LeaseLost]) -> None:
         self._delivery.deliver(lost)
+
+    def _on_deadline(self) -> None:
+        """The block is still running at the deadline (DESIGN §2.8): the service keeps the lease's GPUs
+        for it (overdue) until it is released, so this process fences itself — reports the release and
+        ends at once, exit status :data:`FENCED_EXIT_STATUS` (a SIGKILL's, which is what a backend's stop
+        would have given). With ``fence=False`` the caller stops the work itself, and the lease stays
+        overdue until it does."""
+        holding = self._holding
+        if holding is None:
+            return
+        if not self.fence:
+            log.warning(
+                "lease %s: the preemption deadline passed inside the block; fence=False: stop the work and leave "
+                "the block now (the lease holds its GPUs, overdue, until then)",
+                holding.lease_id,
+            )
+            return
+        log.error(
+            "lease %s: still inside its block at the preemption deadline: releasing it and ending this process "
+            "(exit status %d); pass fence=False to respools.lease() to handle the deadline yourself",
+            holding.lease_id,
+            FENCED_EXIT_STATUS,
+        )
+        holding.release()
+        if self._registered and holding.lease is not None:
+            unregister_local_holder(holding.lease)
+        fence_process()
