@@ -17,7 +17,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
@@ -34,6 +34,7 @@ from respools.backends.local.nvml import nvml_session
 from respools.backends.local.watchdog import OveruseEvent, Watchdog
 from respools.backends.protocol import BackendError
 from respools.cli import app
+from respools.client.config import split_urls
 from respools.model import Host, Lease, PoolSpec, RequestState
 
 log = logging.getLogger("respools.agent")
@@ -77,8 +78,11 @@ class ServerApi:
         *,
         attempts: int = 3,
         wait: tenacity.wait.wait_base | None = None,
+        urls: Sequence[str] = (),
     ) -> None:
         self.client = client
+        self._urls = list(urls)
+        """Replica URLs (``RESPOOLS_URL`` may list several): a transient failure moves to the next."""
         self._attempts = attempts
         self._wait = wait if wait is not None else tenacity.wait_exponential(multiplier=0.5, max=4)
 
@@ -91,9 +95,20 @@ class ServerApi:
         )
         for attempt in retrying:
             with attempt:
-                response = self.client.request(method, path, **kwargs)
-                response.raise_for_status()
+                try:
+                    response = self.client.request(method, path, **kwargs)
+                    response.raise_for_status()
+                except Exception as exc:
+                    if _transient(exc):
+                        self._fail_over()
+                    raise
         return response
+
+    def _fail_over(self) -> None:
+        if len(self._urls) > 1:
+            current = str(self.client.base_url).rstrip("/")
+            following = self._urls[(self._urls.index(current) + 1) % len(self._urls)] if current in self._urls else None
+            self.client.base_url = following or self._urls[0]
 
     def put_host(self, pool: str, host: Host) -> None:
         self._request("PUT", f"/v1/pools/{pool}/hosts/{host.name}", json=host.model_dump(mode="json"))
@@ -274,8 +289,9 @@ def _first_line(exc: Exception) -> str:
 def build_client(
     url: str, token: str | None, transport: httpx.BaseTransport | None = None, timeout_s: float = 10.0
 ) -> httpx.Client:
+    """A client on the first of the replica URLs ``url`` lists (``ServerApi`` moves along them)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=url, headers=headers, timeout=timeout_s, transport=transport)
+    return httpx.Client(base_url=split_urls(url)[0], headers=headers, timeout=timeout_s, transport=transport)
 
 
 _transport: httpx.BaseTransport | None = None
@@ -299,7 +315,9 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 @app.command("agent")
 def agent_command(
     pool: Annotated[str, typer.Option("--pool", help="local pool this host's GPUs belong to")],
-    url: Annotated[str, typer.Option("--url", envvar="RESPOOLS_URL", help="respools server")] = DEFAULT_URL,
+    url: Annotated[
+        str, typer.Option("--url", envvar="RESPOOLS_URL", help="respools server (several replicas: comma-separated)")
+    ] = DEFAULT_URL,
     token: Annotated[
         str | None, typer.Option("--token", envvar="RESPOOLS_TOKEN", help="bearer token", show_default=False)
     ] = None,
@@ -325,7 +343,7 @@ def agent_command(
     with build_client(url, token, _transport) as client, contextlib.ExitStack() as nvml:
         with contextlib.suppress(DiscoveryError):
             nvml.enter_context(nvml_session())  # one session for the agent's life; each tick reuses it
-        agent = HostAgent(pool, ServerApi(client), backend)
+        agent = HostAgent(pool, ServerApi(client, urls=split_urls(url)), backend)
         log.info("agent for pool %s as host %s, server %s, every %.0f s", pool, backend.host, url, interval)
         try:
             if once:
