@@ -15,11 +15,8 @@ request is withdrawn. :func:`respools.requires` and ``respools run`` are loops o
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
-import os
-import sys
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -29,6 +26,7 @@ from respools.client.api import Client
 from respools.client.delivery import AsyncDelivery
 from respools.client.environment import EnvOverlay, realize, register_local_holder, unregister_local_holder
 from respools.client.errors import LeaseLost, NoActiveLease
+from respools.client.fence import FENCED_EXIT_STATUS, end_process, start_reporter
 from respools.client.holding import Holding
 from respools.client.hooks import Hooks
 from respools.client.queue import QueueEntry
@@ -36,22 +34,9 @@ from respools.model import Lease, RequestSpec
 
 log = logging.getLogger("respools.client")
 
-FENCED_EXIT_STATUS = 128 + 9
-"""Exit status of a process that fenced itself at a preemption deadline: a SIGKILL's, as if stopped."""
-
 _current: contextvars.ContextVar[LeaseSession | None] = contextvars.ContextVar("respools_lease", default=None)
 _default_client: Client | None = None
 _default_lock = threading.Lock()
-
-
-def fence_process() -> None:
-    """End this process now: no ``finally`` blocks, no atexit (the step's own cleanup could block on the
-    GPU the next holder is about to get); logs and standard streams are flushed first."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(FENCED_EXIT_STATUS)
 
 
 def default_client() -> Client:
@@ -309,10 +294,10 @@ class LeaseSession:
 
     def _on_deadline(self) -> None:
         """The block is still running at the deadline (DESIGN §2.8): the service keeps the lease's GPUs
-        for it (overdue) until it is released, so this process fences itself — reports the release and
-        ends at once, exit status :data:`FENCED_EXIT_STATUS` (a SIGKILL's, which is what a backend's stop
-        would have given). With ``fence=False`` the caller stops the work itself, and the lease stays
-        overdue until it does."""
+        for it (overdue) until it is released, so this process fences itself (:mod:`respools.client.fence`):
+        it ends at once, exit status :data:`FENCED_EXIT_STATUS` (a SIGKILL's, which is what a backend's
+        stop would have given), and its release is reported the moment it is gone. With ``fence=False``
+        the caller stops the work itself, and the lease stays overdue until it does."""
         holding = self._holding
         if holding is None:
             return
@@ -324,12 +309,13 @@ class LeaseSession:
             )
             return
         log.error(
-            "lease %s: still inside its block at the preemption deadline: releasing it and ending this process "
-            "(exit status %d); pass fence=False to respools.lease() to handle the deadline yourself",
+            "lease %s: still inside its block at the preemption deadline: ending this process (exit status %d); "
+            "its release is reported once it is gone; pass fence=False to respools.lease() to handle the "
+            "deadline yourself",
             holding.lease_id,
             FENCED_EXIT_STATUS,
         )
-        holding.release()
-        if self._registered and holding.lease is not None:
-            unregister_local_holder(holding.lease)
-        fence_process()
+        holding.stop_listening()
+        if not start_reporter(self.client, holding.lease_id):
+            holding.release()
+        end_process()
