@@ -123,7 +123,8 @@ def test_no_call_fails_while_any_replica_is_up(replicas: list[ServerProcess]) ->
     urls = ",".join(server.url for server in replicas)
     with Client(urls, ADMIN) as admin:
         token = _setup(admin)
-    tally, stop, kills = Tally(), threading.Event(), []
+    tally, stop = Tally(), threading.Event()
+    kills: list[float] = []
     clients = [Client(urls, token) for _ in range(3 * CLIENTS_PER_KIND)]
     kinds = [_long_polls, _heartbeats, _submissions]
     threads = [
