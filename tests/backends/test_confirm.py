@@ -3,25 +3,34 @@ only once its process group is gone and NVML lists no compute process of it on t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
+
+with warnings.catch_warnings():  # starlette nudges towards httpx2, which the project does not use
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 from respools.backends.local import LocalBackend, procfs, register_holder
 from respools.backends.local.confirm import confirm_gone
 from respools.backends.local.holders import HolderRegistry
-from respools.model import RequestState
+from respools.model import Lease, RequestState
+from respools.server import Settings, create_app
 from tests.backends.fake_nvml import FakeDriver, FakeProcess
-from tests.backends.helpers import H100_UUID, T0, make_lease, make_pool, two_gpu_driver, whole
+from tests.backends.helpers import H100_UUID, HOST, POOL, T0, make_lease, make_pool, two_gpu_driver, whole
 from tests.backends.test_agent import FakeServer, make_agent
 
 UseDriver = Callable[[FakeDriver], FakeDriver]
 Spawn = Callable[..., subprocess.Popen[bytes]]
 IGNORES_SIGTERM = ("sh", "-c", "trap '' TERM; sleep 60 & wait")
+ADMIN = "rp_confirm_admin"
 
 
 def test_the_agent_confirms_only_once_the_group_is_gone_and_nvml_lists_none_of_it(
@@ -102,3 +111,43 @@ def _wait_group_gone(pgid: int) -> None:
     while next(procfs.group_members(pgid), None) is not None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
+
+
+def test_the_service_stops_an_overdue_local_workload_and_hands_over_on_confirmation(
+    use_driver: UseDriver, spawn: Spawn, tmp_path: Path
+) -> None:
+    """The embedded service on this host: at the deadline its stopper kills the registered group (which
+    ignores SIGTERM), the local backend confirms the stop with NVML, and the lease ends on that."""
+    use_driver(two_gpu_driver())
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'respools.db'}", admin_token=ADMIN, tick_s=0.05, log_json=False
+    )
+    gpu = {"uuid": H100_UUID, "index": 1, "model": "NVIDIA H100 80GB HBM3", "memory_mb": 81559}
+    pool = {
+        "name": POOL,
+        "stack": "local",
+        "inventory": [{"name": HOST, "gpus": [gpu]}],
+        "preemption_grace_s": 0.3,
+        "lease_ttl_s": 60,
+        "settings": {"stop_kill_after_s": 0.2},
+    }
+    with TestClient(create_app(settings)) as api:
+        call = functools.partial(api.request, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert call("PUT", f"/v1/pools/{POOL}", json=pool).status_code == 201
+        call("PUT", "/v1/subjects/vision", json={"name": "vision"})
+        call("POST", "/v1/policies", json={"subject": "vision", "pool": POOL, "reserved": {"gpu": 1}})
+        request = call("POST", "/v1/requests?wait=5", json={"subject": "vision", "resources": {"gpu": 1}}).json()
+        lease = Lease.model_validate(call("GET", f"/v1/leases/{request['lease_id']}").json())
+        workload = spawn(*IGNORES_SIGTERM)
+        register_holder(lease, pid=workload.pid)
+        call("POST", f"/v1/leases/{lease.id}/heartbeat")
+        call("POST", f"/v1/leases/{lease.id}/preempt", json={"grace_s": 0.3})
+
+        ended = call("GET", f"/v1/requests/{lease.request_id}/wait?state=preempting&timeout=10").json()
+        assert ended["state"] == "preempted", ended
+        assert workload.wait(timeout=5) == -signal.SIGKILL
+        events = call("GET", "/v1/events", params={"lease_id": lease.id}).json()
+        kinds = [e["kind"] for e in events]
+        assert kinds.index("overdue") < kinds.index("preempted")
+        message = next(e["message"] for e in events if e["kind"] == "preempted")
+        assert "confirmed by backend local" in message and H100_UUID in message, message
