@@ -14,11 +14,14 @@ from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 with warnings.catch_warnings():  # starlette nudges towards httpx2, which the project does not use
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
 from respools.backends.local import LocalBackend, procfs, register_holder
+from respools.backends.local import backend as local_backend
 from respools.backends.local.confirm import confirm_gone
 from respools.backends.local.holders import HolderRegistry
 from respools.model import Lease, RequestState
@@ -34,8 +37,9 @@ ADMIN = "rp_confirm_admin"
 
 
 def test_the_agent_confirms_only_once_the_group_is_gone_and_nvml_lists_none_of_it(
-    use_driver: UseDriver, spawn: Spawn
+    use_driver: UseDriver, spawn: Spawn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(local_backend, "CONFIRM_SETTLE_S", 0.2)
     workload = spawn(*IGNORES_SIGTERM)
     driver = use_driver(two_gpu_driver([FakeProcess(workload.pid, 30000)]))
     server = FakeServer()
@@ -94,7 +98,8 @@ def test_another_workload_on_the_gpu_does_not_block_the_confirmation(spawn: Spaw
     assert confirm_gone(holder, lambda uuids: {}) is None
 
 
-def test_the_backend_without_a_driver_confirms_nothing(spawn: Spawn) -> None:
+def test_the_backend_without_a_driver_confirms_nothing(spawn: Spawn, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_backend, "CONFIRM_SETTLE_S", 0.2)
     gone = spawn()
     lease = make_lease(whole(), state=RequestState.PREEMPTING)
     backend = LocalBackend()

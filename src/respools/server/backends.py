@@ -57,8 +57,10 @@ class WorkloadStopper:
         try:
             backend = get_backend(pool.stack)
             backend.stop(lease, pool)
+            if self._confirm is None or lease.state != RequestState.PREEMPTING:
+                return
             evidence = backend.confirm_stopped(lease, pool)
-            if evidence is not None and self._confirm is not None and lease.state == RequestState.PREEMPTING:
+            if evidence is not None:
                 self._confirm(lease.id, StopConfirmation(backend=backend.name, evidence=evidence))
         except Exception:
             log.exception(

@@ -8,6 +8,7 @@ that wants another host's view (the server rendering a realization, say) passes 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -23,6 +24,11 @@ from respools.backends.protocol import Backend, BackendError, Realization
 from respools.model import Form, Host, Lease, PoolSpec
 
 log = logging.getLogger(__name__)
+
+CONFIRM_SETTLE_S = 2.0
+"""How long :meth:`LocalBackend.confirm_stopped` keeps checking a registered workload before answering
+that its stop is not confirmed (the agent asks again on its next tick)."""
+CONFIRM_POLL_S = 0.1
 
 
 class LocalBackend(Backend):
@@ -91,7 +97,10 @@ class LocalBackend(Backend):
         holder = self.registry.get(lease.id, include_dead=True)
         if holder is None:
             return None
-        evidence = confirm_gone(holder, self._compute_pids)
+        settle = time.monotonic() + CONFIRM_SETTLE_S
+        # A killed process's memory is freed a moment after it dies: ask again briefly before giving up.
+        while (evidence := confirm_gone(holder, self._compute_pids)) is None and time.monotonic() < settle:
+            time.sleep(CONFIRM_POLL_S)
         if evidence is not None:
             unregister_holder(lease.id, directory=self.registry.directory)
             evidence = f"{evidence} (host {holder.host})"
