@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 ADMIN = "rp_failover_admin"
 REPLICAS = 3
 CLIENTS_PER_KIND = int(os.environ.get("FAILOVER_CLIENTS", "4"))
-RUN_S = float(os.environ.get("FAILOVER_RUN_S", "12"))
-KILL_EVERY_S = 2.5
+RUN_S = float(os.environ.get("FAILOVER_RUN_S", "10"))
+KILL_EVERY_S = 2.2
 T = TypeVar("T")
 
 
