@@ -1,6 +1,7 @@
 """The SDK survives replica failover (issue 24, part 3): three ``respools server`` processes on one
 PostgreSQL database, ``respools.Client`` configured with all three URLs, and a replica killed with
-SIGKILL every couple of seconds (then restarted, so that two are always up) while clients long-poll
+SIGKILL every couple of seconds (restarted at the next kill, so one is always up, two most of the time)
+while clients long-poll
 pending requests, heartbeat leases, and submit and release. No call may fail while any replica is up.
 
 Bounded to ~30 s with the replicas' start; ``FAILOVER_CLIENTS`` (per kind) and ``FAILOVER_RUN_S`` in the
@@ -107,8 +108,8 @@ def _submissions(client: Client, tally: Tally, stop: threading.Event) -> None:
 
 
 def _killer(servers: list[ServerProcess], stop: threading.Event, kills: list[float]) -> None:
-    """SIGKILL one replica every KILL_EVERY_S, round robin, restarting the one killed before, so at most
-    one is down at a time: every call happens while some replica is up."""
+    """SIGKILL one replica every KILL_EVERY_S, round robin, first restarting the one killed before: one
+    is down and another may still be starting, so every call happens while at least one replica is up."""
     victim = 0
     while not stop.wait(KILL_EVERY_S):
         for server in servers:
