@@ -199,6 +199,7 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     OVERUSE = "overuse"
     HOST_LOST = "host_lost"
+    OVERDUE = "overdue"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -435,6 +436,12 @@ class Lease(_Schema):
     preempt_reason: PreemptReason | None = None
     preempt_deadline: datetime | None = None
     preempted_for: str | None = None
+    overdue_since: datetime | None = Field(
+        default=None,
+        description="set when a preempting lease passed its grace deadline unreleased: it keeps its capacity "
+        "until its holder releases it, its backend confirms the workload stopped, or its holder is silent "
+        "for a full TTL",
+    )
     released_at: datetime | None = None
 
 

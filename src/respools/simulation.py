@@ -122,6 +122,8 @@ class Simulation:
                 self.requests[request_id].wait_reason = run.reason
         for e in d.expiries:
             self.leases[e.lease_id].state = RequestState.EXPIRED
+        for o in d.overdue:
+            self.leases[o.lease_id].overdue_since = self.now
         for v in d.revocations:
             self.end_preempted(v.lease_id)
 

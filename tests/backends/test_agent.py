@@ -59,6 +59,10 @@ class FakeServer:
             return httpx.Response(200, json=lease) if lease else httpx.Response(404, json={"detail": "no lease"})
         if method == "POST" and path.endswith("/overuse"):
             return httpx.Response(202, json={})
+        if method == "POST" and path.endswith("/stopped"):
+            lease = self.leases[path.split("/")[-2]]
+            lease |= {"state": "preempted"}
+            return httpx.Response(200, json=lease)
         return httpx.Response(404, json={"detail": f"no route {method} {path}"})
 
     def sent(self, method: str, suffix: str = "") -> list[httpx.Request]:
@@ -294,3 +298,19 @@ def test_agent_command_with_a_bad_pool_name() -> None:
 
     assert result.exit_code == 2
     assert "respools agent: name: String should match pattern" in result.output
+
+
+def test_the_agent_moves_to_the_next_replica_url(use_driver: UseDriver, server: FakeServer) -> None:
+    use_driver(two_gpu_driver())
+    urls = "http://replica-a.test,http://replica-b.test"
+
+    def replicas(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "replica-a.test":
+            raise httpx.ConnectError("connection refused", request=request)
+        return server(request)
+
+    client = build_client(urls, TOKEN, httpx.MockTransport(replicas))
+    api = ServerApi(client, wait=tenacity.wait_none(), urls=urls.split(","))
+    report = HostAgent(POOL, api, LocalBackend()).tick()
+    assert report.registered is not None and report.errors == []
+    assert str(client.base_url).rstrip("/") == "http://replica-b.test"

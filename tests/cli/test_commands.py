@@ -3,6 +3,8 @@ with a look at the tables and at how refusals are reported."""
 
 from __future__ import annotations
 
+import re
+import time
 import uuid
 from typing import Any
 
@@ -89,6 +91,17 @@ def test_request_lease_and_event_commands(cli: Cli, world: dict[str, str]) -> No
     assert {e["kind"] for e in only} == {"granted"}
     later = cli.json("events", "list", "--subject", subject, "--after", str(events[-1]["id"]))
     assert later == []
+
+
+def test_lease_list_shows_how_long_an_overdue_lease_has_overrun(cli: Cli, world: dict[str, str]) -> None:
+    request = cli.json("request", "create", "--gpu", "1", "--wait", "10", token=world["token"])
+    cli.json("lease", "preempt", request["lease_id"], "--grace", "0.1")
+    deadline = time.monotonic() + 10
+    while not cli.json("lease", "describe", request["lease_id"])["overdue_since"]:
+        assert time.monotonic() < deadline, "the lease never became overdue"
+        time.sleep(0.05)
+    table = cli.run("lease", "list", "--pool", world["pool"], "--live").stdout
+    assert re.search(r"preempting overdue \d+s", table), table
 
 
 def test_reservation_commands(cli: Cli, world: dict[str, str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,3 +209,16 @@ def test_static_files_are_served_with_their_types(client: TestClient) -> None:
     assert client.get("/ui/static/dashboard.css").headers["content-type"].startswith("text/css")
     assert client.get("/ui/static/../app.py").status_code == 404
     assert client.get("/ui/static/nothing.js").status_code == 404
+
+
+def test_an_overdue_lease_shows_how_long_it_has_overrun(client: TestClient) -> None:
+    _, _, request = pool_with_lease(client)
+    ok(client, "POST", f"/v1/leases/{request['lease_id']}/preempt", json={"grace_s": 0.1})
+    deadline = time.monotonic() + 10
+    while not ok(client, "GET", f"/v1/leases/{request['lease_id']}")["overdue_since"]:
+        assert time.monotonic() < deadline, "the lease never became overdue"
+        time.sleep(0.05)
+    sign_in(client, ADMIN)
+    leases = client.get("/ui/sections").json()["sections"]["sec-leases"]
+    row = leases[leases.index(f'data-lease="{request["lease_id"]}"') :].split("</tr>")[0]
+    assert 'class="badge overdue"' in row and re.search(r"overdue \d", row), row

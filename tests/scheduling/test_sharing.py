@@ -247,10 +247,23 @@ def test_expiry_and_revocation_return_capacity() -> None:
     first = sim.step()
     assert first.preemptions[0].lease_ids == (sim.lease_of(slow).id,)
     sim.now += timedelta(seconds=31)
+    slow_lease = sim.lease_of(slow)
+    slow_lease.expires_at = sim.now + timedelta(seconds=10)  # its holder still heartbeats
     d = sim.step()
     assert [e.lease_id for e in d.expiries] == [sim.lease_of(stale).id]
-    assert [r.lease_id for r in d.revocations] == [sim.lease_of(slow).id]
-    assert sim.requests[owner].state == RequestState.GRANTED
+    assert d.revocations == [] and [o.lease_id for o in d.overdue] == [slow_lease.id]
+    assert sim.requests[owner].state == RequestState.GRANTED, "on the capacity the expiry returned"
+    assert slow_lease.state == RequestState.PREEMPTING, "an overdue lease keeps its capacity"
+    later = sim.submit("owner", False, gpu=1)
+    d = sim.step()
+    assert sim.requests[later].state == RequestState.PENDING
+    sim.now += timedelta(seconds=5)
+    d = sim.step()
+    assert d.overdue == [] and d.revocations == [], "overdue once; its holder is not silent yet"
+    sim.now += timedelta(seconds=5)
+    d = sim.step()
+    assert [r.lease_id for r in d.revocations] == [slow_lease.id], "silent for its TTL: taken for gone"
+    assert sim.requests[later].state == RequestState.GRANTED
 
 
 def test_wait_messages_never_show_negative_amounts() -> None:
@@ -264,3 +277,32 @@ def test_wait_messages_never_show_negative_amounts() -> None:
     (wait,) = d.waits
     assert wait.reason == WaitReason.RESERVED_SHARE
     assert "gpu 0 of its reserved share free" in wait.message and "gpu -" not in wait.message
+
+
+def test_a_waiter_names_the_lease_it_waits_for_and_says_when_it_became_overdue() -> None:
+    """ZenML E16 with a victim that does not let go: the owner's reason names the lease; once the lease is
+    overdue it says since when, and the owner keeps waiting until the lease ends."""
+    sim = Sim(
+        [pool("p", gpu=2, preemption_grace_s=30)],
+        [policy("owner", "p", reserved={"gpu": 2}, priority=100), policy("g", "p")],
+    )
+    held = sim.submit("g", True, gpu=2)
+    sim.step()
+    victim = sim.lease_of(held)
+    victim.expires_at = sim.now + timedelta(hours=1)  # its holder heartbeats all along
+    owner = sim.submit("owner", False, gpu=2)
+    d = sim.step()
+    (wait,) = [w for w in d.waits if w.request_id == owner]
+    assert wait.reason == WaitReason.PREEMPTING
+    assert wait.message == f"waiting for preempted lease {victim.id} to be released"
+
+    sim.now += timedelta(seconds=31)
+    d = sim.step()
+    assert [o.lease_id for o in d.overdue] == [victim.id] and victim.overdue_since == sim.now
+    d = sim.step()
+    (wait,) = [w for w in d.waits if w.request_id == owner]
+    assert f"{victim.id} overdue since {sim.now.isoformat(timespec='seconds')}" in wait.message
+    assert sim.requests[owner].state == RequestState.PENDING, "the overdue lease keeps the GPUs"
+    sim.release(victim.id)
+    sim.step()
+    assert sim.requests[owner].state == RequestState.GRANTED

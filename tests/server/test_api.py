@@ -150,14 +150,18 @@ def test_preemption_requeues_with_the_original_position(api: Api) -> None:
     wait_for(lambda: {"preempting", "preempted", "requeued"} <= set(kinds(api, request_id=requeued["id"])))
 
 
-def test_revocation_at_the_deadline_ends_the_request_without_retries(api: Api) -> None:
-    world = api.world(preemption_grace_s=0.2)
+def test_an_overdue_lease_that_never_started_ends_with_its_init_window(api: Api) -> None:
+    """Past the deadline the lease is overdue and keeps its capacity; a holder that never heartbeated is
+    silent, so the lease ends once its initialization window passes, without retries."""
+    world = api.world(preemption_grace_s=0.2, init_timeout_s=1.0)
     request = api.submit(world.token, resources={"gpu": 1})
     api.ok("POST", f"/v1/leases/{request['lease_id']}/preempt", json={"message": "maintenance"})
     preempting = api.ok("GET", f"/v1/leases/{request['lease_id']}", world.token)
     assert preempting["state"] == "preempting" and preempting["preempt_reason"] == "admin"
+    overdue = wait_for(lambda: api.ok("GET", f"/v1/leases/{request['lease_id']}", world.token)["overdue_since"])
+    assert api.ok("GET", f"/v1/leases/{request['lease_id']}", world.token)["state"] == "preempting", overdue
     ended = api.wait_state(world.token, request["id"], "preempting")
-    assert ended["state"] == "preempted" and "retries" in ended["reason"]
+    assert ended["state"] == "preempted" and "retries" in ended["reason"] and "silent" in ended["reason"]
     assert api.ok("GET", f"/v1/leases/{request['lease_id']}", world.token)["state"] == "preempted"
 
 

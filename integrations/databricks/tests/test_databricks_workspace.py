@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kmock
+import pytest
 from databricks.sdk.service import compute
 from respools_databricks import DatabricksBackend
 
@@ -70,6 +71,32 @@ def test_runtime_and_node_types_come_from_the_workspace_once(
         "GET /api/2.1/clusters/list-node-types",
         "GET /api/2.1/clusters/spark-versions",
     ]
+
+
+@pytest.mark.parametrize(("listed", "confirmed"), [([], True), (["lease_other"], True), (["lease_7c1d"], False)])
+def test_a_stop_is_confirmed_once_no_run_of_the_lease_is_active(
+    workspace_api: kmock.RawHandler,
+    backend: DatabricksBackend,
+    make_lease: MakeLease,
+    make_pool: MakePool,
+    listed: list[str],
+    confirmed: bool,
+) -> None:
+    runs = [
+        {"run_id": 20 + n, "job_clusters": [{"job_cluster_key": "gpu", "new_cluster": cluster(tag)}]}
+        for n, tag in enumerate(listed)
+    ]
+    workspace_api["get /api/2.2/jobs/runs/list"] << {"runs": runs}
+
+    evidence = backend.confirm_stopped(make_lease({"gpu": 1}), make_pool())
+
+    assert (evidence is not None) is confirmed
+    (listing,) = [request for request in workspace_api if request.url.path == "/api/2.2/jobs/runs/list"]
+    assert listing.params["active_only"] == "true"
+
+
+def cluster(tag: str) -> dict[str, object]:
+    return compute.ClusterSpec(custom_tags={"respools_lease_id": tag}).as_dict()
 
 
 def test_stop_cancels_the_active_runs_tagged_with_the_lease(

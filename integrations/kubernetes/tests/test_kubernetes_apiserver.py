@@ -101,6 +101,21 @@ def test_stop_deletes_the_leases_pods_and_the_job_that_would_recreate_them(
     assert live(apiserver, PODS) == {"someone-else"}
 
 
+def test_a_stop_is_confirmed_only_once_the_leases_pods_are_gone(
+    apiserver: kmock.KubernetesEmulator, backend: KubernetesBackend, make_lease: MakeLease, make_pool: MakePool
+) -> None:
+    apiserver.objects[PODS, "ml", "step"] = pod("step", "lease-1")
+    apiserver.objects[PODS, "ml", "someone-else"] = pod("someone-else", "lease-2")
+    pool = make_pool(settings={"namespace": "ml"})
+    lease = make_lease({"gpu": 1})
+
+    assert backend.confirm_stopped(lease, pool) is None, "its pod is still there"
+    backend.stop(lease, pool)
+    evidence = backend.confirm_stopped(lease, pool)
+    assert evidence is not None and "respools.io/lease-id=lease-1" in evidence and "ml" in evidence
+    assert live(apiserver, PODS) == {"someone-else"}
+
+
 def test_a_realized_pod_is_accepted_by_the_api_and_stopped_by_its_lease(
     apiserver: kmock.KubernetesEmulator, backend: KubernetesBackend, make_lease: MakeLease, make_pool: MakePool
 ) -> None:

@@ -59,6 +59,28 @@ def test_stop_cancels_the_leases_unfinished_jobs(
     assert all(json.loads(request.body or b"{}") == {} for request in cancels)
 
 
+@pytest.mark.parametrize(
+    ("states", "confirmed"),
+    [
+        (["JOB_STATE_CANCELLED", "JOB_STATE_SUCCEEDED"], True),
+        (["JOB_STATE_CANCELLED", "JOB_STATE_CANCELLING"], False),
+        (["JOB_STATE_RUNNING"], False),
+        ([], True),
+    ],
+)
+def test_a_stop_is_confirmed_once_every_job_of_the_lease_is_terminal(
+    google_api: kmock.RawHandler, make_lease: MakeLease, make_pool: MakePool, states: list[str], confirmed: bool
+) -> None:
+    jobs = [job(n, state, "lease_1f2e") for n, state in enumerate(states)] + [job(9, "JOB_STATE_RUNNING", "lease_x")]
+    google_api[f"get /v1/{LOCATION}/customJobs"] << {"customJobs": jobs}
+
+    evidence = backend_against(google_api).confirm_stopped(make_lease({"gpu": 2}), make_pool())
+
+    assert (evidence is not None) is confirmed
+    (listing,) = list(google_api)
+    assert listing.params["filter"] == 'labels.respools-lease-id="lease_1f2e"'
+
+
 def test_stop_needs_the_project(make_lease: MakeLease, make_pool: MakePool) -> None:
     with pytest.raises(BackendError, match=r"needs settings.project"):
         VertexBackend().stop(make_lease({"gpu": 1}), make_pool(settings={"project": None}))

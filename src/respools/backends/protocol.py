@@ -62,3 +62,13 @@ class Backend(ABC):
     @abstractmethod
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         """Stop the workload of a lease whose preemption deadline passed."""
+
+    def confirm_stopped(self, lease: Lease, pool: PoolSpec) -> str | None:
+        """Evidence (one line) that the lease's workload is gone and holds none of its devices, or ``None``
+        while it may still run or this backend cannot tell from here.
+
+        The service hands an overdue lease's capacity over only on a release, this confirmation, or a
+        full TTL of the holder's silence (DESIGN §2.8), so answering ``None`` is always safe; answering
+        evidence for a workload that still runs puts two workloads on one GPU. Runners that watch a job
+        out of process confirm through ``POST /v1/leases/{id}/stopped`` (``Client.confirm_stopped``)."""
+        return None

@@ -3,9 +3,10 @@
 Every interval the agent discovers the host's GPUs through NVML and ``PUT``s them to
 ``/v1/pools/{pool}/hosts/{host}`` (the heartbeat: a host whose heartbeats stop is aged out by the server,
 which takes its GPUs out of the pool but keeps existing leases' records, so the agent deletes nothing when
-it stops). It also runs the NVML watchdog and posts over-use to ``/v1/leases/{id}/overuse``, and stops the
+it stops). It also runs the NVML watchdog and posts over-use to ``/v1/leases/{id}/overuse``, stops the
 workload of a local lease whose preemption deadline passed (or that was preempted or expired) when its
-holder is still running here.
+holder is still running here, and confirms to ``/v1/leases/{id}/stopped`` that a preempting lease's
+workload is gone (its process group and its NVML compute processes), which hands its GPUs over.
 
 The loop is a plain object with injected HTTP transport, clock and wait, so tests drive it tick by tick.
 """
@@ -16,7 +17,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import FrameType
@@ -33,6 +34,7 @@ from respools.backends.local.nvml import nvml_session
 from respools.backends.local.watchdog import OveruseEvent, Watchdog
 from respools.backends.protocol import BackendError
 from respools.cli import app
+from respools.client.config import split_urls
 from respools.model import Host, Lease, PoolSpec, RequestState
 
 log = logging.getLogger("respools.agent")
@@ -76,8 +78,11 @@ class ServerApi:
         *,
         attempts: int = 3,
         wait: tenacity.wait.wait_base | None = None,
+        urls: Sequence[str] = (),
     ) -> None:
         self.client = client
+        self._urls = list(urls)
+        """Replica URLs (``RESPOOLS_URL`` may list several): a transient failure moves to the next."""
         self._attempts = attempts
         self._wait = wait if wait is not None else tenacity.wait_exponential(multiplier=0.5, max=4)
 
@@ -90,9 +95,20 @@ class ServerApi:
         )
         for attempt in retrying:
             with attempt:
-                response = self.client.request(method, path, **kwargs)
-                response.raise_for_status()
+                try:
+                    response = self.client.request(method, path, **kwargs)
+                    response.raise_for_status()
+                except Exception as exc:
+                    if _transient(exc):
+                        self._fail_over()
+                    raise
         return response
+
+    def _fail_over(self) -> None:
+        if len(self._urls) > 1:
+            current = str(self.client.base_url).rstrip("/")
+            following = self._urls[(self._urls.index(current) + 1) % len(self._urls)] if current in self._urls else None
+            self.client.base_url = following or self._urls[0]
 
     def put_host(self, pool: str, host: Host) -> None:
         self._request("PUT", f"/v1/pools/{pool}/hosts/{host.name}", json=host.model_dump(mode="json"))
@@ -114,6 +130,10 @@ class ServerApi:
     def post_overuse(self, event: OveruseEvent) -> None:
         self._request("POST", f"/v1/leases/{event.lease_id}/overuse", json=event.model_dump(mode="json"))
 
+    def post_stopped(self, lease_id: str, backend: str, evidence: str, host: str) -> None:
+        body = {"backend": backend, "evidence": evidence, "host": host}
+        self._request("POST", f"/v1/leases/{lease_id}/stopped", json=body)
+
 
 @dataclass
 class TickReport:
@@ -123,6 +143,8 @@ class TickReport:
     discovery_error: str | None = None
     overuse: list[OveruseEvent] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)
+    """Leases whose stop this tick confirmed to the server."""
     errors: list[str] = field(default_factory=list)
 
 
@@ -209,19 +231,40 @@ class HostAgent:
                 report.errors.append(f"watchdog: {exc}")
 
     def _enforce(self, report: TickReport) -> None:
-        """Stop registered workloads whose lease the server has taken back."""
-        self.backend.registry.prune()
-        for holder in self.backend.registry.holders():
+        """Stop registered workloads whose lease the server has taken back, and confirm to the server
+        the stop of every preempting lease whose workload is gone from here: an overdue lease keeps its
+        GPUs until then (DESIGN §2.8)."""
+        unconfirmed: set[str] = set()
+        for holder in self.backend.registry.registered():
             if holder.pool != self.pool_name or holder.host != self.backend.host:
                 continue
             try:
                 lease = self.api.get_lease(holder.lease_id)
             except (httpx.HTTPError, ValidationError, ValueError) as exc:
                 report.errors.append(f"lease {holder.lease_id}: state unknown ({describe(exc)})")
+                unconfirmed.add(holder.lease_id)
                 continue
-            if lease is not None and self._must_stop(lease):
+            if lease is None or not self._must_stop(lease):
+                continue
+            if self.backend.registry.get(lease.id) is not None:
                 self.backend.stop(lease, self.pool)
                 report.stopped.append(lease.id)
+            if lease.state is RequestState.PREEMPTING and not self._confirm(lease, report):
+                unconfirmed.add(lease.id)
+        self.backend.registry.prune(keep=unconfirmed)
+
+    def _confirm(self, lease: Lease, report: TickReport) -> bool:
+        """Tell the server the lease's workload is gone, if it is; False while it is not (or unsaid)."""
+        evidence = self.backend.confirm_stopped(lease, self.pool)
+        if evidence is None:
+            return False
+        try:
+            self.api.post_stopped(lease.id, self.backend.name, evidence, self.backend.host)
+        except httpx.HTTPError as exc:
+            report.errors.append(f"lease {lease.id}: stop not confirmed ({describe(exc)})")
+            return False
+        report.confirmed.append(lease.id)
+        return True
 
     def _must_stop(self, lease: Lease) -> bool:
         if lease.state in STOP_STATES:
@@ -229,6 +272,8 @@ class HostAgent:
         deadline = lease.preempt_deadline
         if lease.state is not RequestState.PREEMPTING or deadline is None:
             return False
+        if lease.overdue_since is not None:
+            return True
         if deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)  # the API speaks UTC
         return deadline <= self.now()
@@ -244,8 +289,9 @@ def _first_line(exc: Exception) -> str:
 def build_client(
     url: str, token: str | None, transport: httpx.BaseTransport | None = None, timeout_s: float = 10.0
 ) -> httpx.Client:
+    """A client on the first of the replica URLs ``url`` lists (``ServerApi`` moves along them)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    return httpx.Client(base_url=url, headers=headers, timeout=timeout_s, transport=transport)
+    return httpx.Client(base_url=split_urls(url)[0], headers=headers, timeout=timeout_s, transport=transport)
 
 
 _transport: httpx.BaseTransport | None = None
@@ -269,7 +315,9 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 @app.command("agent")
 def agent_command(
     pool: Annotated[str, typer.Option("--pool", help="local pool this host's GPUs belong to")],
-    url: Annotated[str, typer.Option("--url", envvar="RESPOOLS_URL", help="respools server")] = DEFAULT_URL,
+    url: Annotated[
+        str, typer.Option("--url", envvar="RESPOOLS_URL", help="respools server (several replicas: comma-separated)")
+    ] = DEFAULT_URL,
     token: Annotated[
         str | None, typer.Option("--token", envvar="RESPOOLS_TOKEN", help="bearer token", show_default=False)
     ] = None,
@@ -295,7 +343,7 @@ def agent_command(
     with build_client(url, token, _transport) as client, contextlib.ExitStack() as nvml:
         with contextlib.suppress(DiscoveryError):
             nvml.enter_context(nvml_session())  # one session for the agent's life; each tick reuses it
-        agent = HostAgent(pool, ServerApi(client), backend)
+        agent = HostAgent(pool, ServerApi(client, urls=split_urls(url)), backend)
         log.info("agent for pool %s as host %s, server %s, every %.0f s", pool, backend.host, url, interval)
         try:
             if once:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -31,13 +32,32 @@ def placement(lease: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
+def overrun_s(lease: dict[str, Any]) -> float | None:
+    """Seconds an overdue lease has run past its preemption deadline, or ``None`` if it is not overdue."""
+    if not lease.get("overdue_since") or not lease.get("preempt_deadline") or lease.get("state") != "preempting":
+        return None
+    deadline = datetime.fromisoformat(lease["preempt_deadline"])
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=UTC)
+    return max(0.0, (datetime.now(UTC) - deadline).total_seconds())
+
+
+def lease_state(lease: dict[str, Any]) -> Text:
+    """The state, and for an overdue lease how long it has overrun its deadline (its GPUs still held)."""
+    shown = state(lease["state"])
+    overrun = overrun_s(lease)
+    if overrun is not None:
+        shown.append(f" overdue {overrun:.0f}s", style="bold red")
+    return shown
+
+
 LEASE_COLUMNS: list[tuple[str, Any]] = [
     ("ID", lambda r: r["id"]),
     ("SUBJECT", lambda r: r["subject"]),
     ("POOL", lambda r: r["pool"]),
     ("RESOURCES", lambda r: vector(r["resources"])),
     ("BORROWED", lambda r: vector(r.get("borrowed"))),
-    ("STATE", lambda r: state(r["state"])),
+    ("STATE", lease_state),
     ("PLACEMENT", placement),
     ("GRANTED", lambda r: when(r["granted_at"])),
     ("LABELS", lambda r: labels(r.get("labels"))),
@@ -73,7 +93,7 @@ def describe_lease(
     with api_errors():
         lease = client.get(f"/v1/leases/{lease_id}")
     if output == Format.TABLE:
-        lease = lease | {"placement": placement(lease), "state": state(lease["state"])}
+        lease = lease | {"placement": placement(lease), "state": lease_state(lease)}
     print_object(lease, output, title=f"lease {lease_id}")
 
 

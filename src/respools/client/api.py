@@ -202,6 +202,14 @@ class Client:
         answer = self._transport.request("POST", f"/v1/leases/{lease_id}/preempt", json=body, idempotent=True)
         return Lease.model_validate(answer)
 
+    def confirm_stopped(self, lease_id: str, *, backend: str, evidence: str, host: str | None = None) -> Lease:
+        """Tell the service that a preempting lease's workload is gone (admin token): how a backend or a
+        job runner (Kubernetes pods gone, a Vertex AI or Databricks job terminal) ends an overdue lease so
+        that its capacity is handed over. ``evidence`` says what was checked, for the event log."""
+        body = {"backend": backend, "evidence": evidence} | ({"host": host} if host is not None else {})
+        answer = self._transport.request("POST", f"/v1/leases/{lease_id}/stopped", json=body, idempotent=True)
+        return Lease.model_validate(answer)
+
     # -- the rest a lease needs --------------------------------------------------------------------
 
     def get_pool(self, name: str) -> Pool:

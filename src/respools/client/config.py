@@ -36,10 +36,22 @@ FILE_NAMES = ("config.toml", "config.yaml", "config.yml")
 @dataclass(frozen=True)
 class ClientConfig:
     url: str
+    """The server's URL, or several replicas' URLs separated by commas (the client fails over between
+    them); as given, for messages."""
     token: str | None
     timeout: float
     source: str
     """Where the URL came from (``argument``, ``RESPOOLS_URL``, a file path or ``default``), for messages."""
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        """Each replica's URL, in the order given: the client starts with the first."""
+        return split_urls(self.url)
+
+
+def split_urls(value: str) -> tuple[str, ...]:
+    """``http://a:8000, http://b:8000/`` → ``("http://a:8000", "http://b:8000")``."""
+    return tuple(part.strip().rstrip("/") for part in value.split(",") if part.strip())
 
 
 def default_config_dir() -> Path:
@@ -119,8 +131,15 @@ def load_config(
         resolved_url, source = _string(file["url"], "url", origin), origin
     else:
         resolved_url, source = DEFAULT_URL, "default"
-    if not resolved_url.startswith(("http://", "https://")):
-        raise ConfigError(f"{source}: url must start with http:// or https://, got {resolved_url!r}")
+    urls = split_urls(resolved_url)
+    if not urls:
+        raise ConfigError(f"{source}: url is empty; give the server's URL, or several replicas' separated by commas")
+    for one in urls:
+        if not one.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"{source}: each url must start with http:// or https://, got {one!r} "
+                "(several replicas' URLs are separated by commas)"
+            )
 
     if token is not None:
         resolved_token: str | None = _string(token, "token", "argument")
@@ -140,4 +159,4 @@ def load_config(
     else:
         resolved_timeout = DEFAULT_TIMEOUT_S
 
-    return ClientConfig(resolved_url.rstrip("/"), resolved_token, resolved_timeout, source)
+    return ClientConfig(",".join(urls), resolved_token, resolved_timeout, source)

@@ -9,6 +9,7 @@ process) and so in how the news reaches it, which they pass in as listeners.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -25,12 +26,22 @@ DEFAULT_TTL_S = 60.0
 
 Listener = Callable[[type[LeaseLost]], None]
 """Told (from the heartbeat thread) of a notice or a loss, with the exception type that describes it."""
+DeadlineListener = Callable[[], None]
+"""Told (from a timer thread) that the preemption deadline passed while the lease is still held."""
 
 
 class Holding:
     """A granted request's lease while this process holds it."""
 
-    def __init__(self, client: Client, request: Request, *, on_notice: Listener, on_lost: Listener) -> None:
+    def __init__(
+        self,
+        client: Client,
+        request: Request,
+        *,
+        on_notice: Listener,
+        on_lost: Listener,
+        on_deadline: DeadlineListener | None = None,
+    ) -> None:
         if request.lease_id is None:
             raise ValueError(f"request {request.id} holds no lease")
         self.client = client
@@ -48,6 +59,8 @@ class Holding:
         """Set on notice or loss: what a sleeping step waits on."""
         self._on_notice = on_notice
         self._on_lost = on_lost
+        self._on_deadline = on_deadline
+        self._deadline_timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._monitor: LeaseMonitor | None = None
         self._released = False
@@ -85,6 +98,7 @@ class Holding:
             notice = self.notice = LeasePreempted.prepared(
                 lease=lease, deadline=lease.preempt_deadline, reason=lease.preempt_reason, detail=message
             )
+            self._arm_deadline()
         self.interrupted.set()
         log.info(
             "lease %s: preemption notice (%s); %s",
@@ -108,6 +122,24 @@ class Holding:
         log.warning("lease %s ended while held: %s%s", lease.id, state.value, why)
         self._on_lost(lost)
 
+    def _arm_deadline(self) -> None:
+        """Fence (DESIGN §2.8): the holder, not only its backend, acts when the deadline passes while it
+        still holds the lease; the service keeps the capacity until then, so acting is on us."""
+        if self._on_deadline is None or self._deadline_timer is not None or not math.isfinite(self.time_left()):
+            return
+        timer = threading.Timer(max(0.0, self.time_left()), self._deadline_passed)
+        timer.daemon = True
+        timer.name = f"respools-deadline-{self.lease_id[-8:]}"
+        self._deadline_timer = timer
+        timer.start()
+
+    def _deadline_passed(self) -> None:
+        with self._lock:
+            if self._released or self._on_deadline is None:
+                return
+        log.warning("lease %s: its preemption deadline passed and it is still held", self.lease_id)
+        self._on_deadline()
+
     # -- the end -----------------------------------------------------------------------------------
 
     def time_left(self) -> float:
@@ -121,6 +153,9 @@ class Holding:
         """No more news after this: call before releasing, so the release is not reported as a loss."""
         with self._lock:
             self._released = True
+            timer = self._deadline_timer
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
         if self._monitor is not None:
             self._monitor.stop()
 

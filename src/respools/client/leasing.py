@@ -39,6 +39,7 @@ def lease(
     timeout: float | None = None,
     progress: bool | None = None,
     interrupt: bool = True,
+    fence: bool = True,
     on_granted: Hook | None = None,
     on_preempted: Hook | None = None,
     on_requeued: Hook | None = None,
@@ -53,9 +54,11 @@ def lease(
 
     ``timeout`` bounds the wait for a grant (:class:`WaitTimeout`); ``progress`` forces the live progress
     line on or off (default: on when stderr is a terminal); ``interrupt=False`` leaves notice to
-    ``lease.check()`` / ``lease.preempted`` instead of raising it in the block. With ``max_retries`` the
-    server requeues the request after a preemption; enter the same session again to rerun, or use
-    :func:`requires`, which does.
+    ``lease.check()`` / ``lease.preempted`` instead of raising it in the block. A block still running at
+    the preemption deadline ends this process after releasing the lease (exit status 137), since the
+    service keeps the GPUs for it until then; ``fence=False`` leaves stopping to the caller. With
+    ``max_retries`` the server requeues the request after a preemption; enter the same session again to
+    rerun, or use :func:`requires`, which does.
     """
     spec = build_spec(
         gpu=gpu,
@@ -73,7 +76,9 @@ def lease(
         resources=resources,
     )
     hooks: Hooks[LeaseSession] = Hooks(on_granted, on_preempted, on_requeued, on_released)
-    return LeaseSession(spec, client=client, hooks=hooks, timeout=timeout, progress=progress, interrupt=interrupt)
+    return LeaseSession(
+        spec, client=client, hooks=hooks, timeout=timeout, progress=progress, interrupt=interrupt, fence=fence
+    )
 
 
 def requires(
@@ -93,6 +98,7 @@ def requires(
     timeout: float | None = None,
     progress: bool | None = None,
     interrupt: bool = True,
+    fence: bool = True,
     on_granted: Hook | None = None,
     on_preempted: Hook | None = None,
     on_requeued: Hook | None = None,
@@ -131,7 +137,13 @@ def requires(
         @functools.wraps(function)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
             session = LeaseSession(
-                spec, client=client, hooks=hooks, timeout=timeout, progress=progress, interrupt=interrupt
+                spec,
+                client=client,
+                hooks=hooks,
+                timeout=timeout,
+                progress=progress,
+                interrupt=interrupt,
+                fence=fence,
             )
             return run_with_retries(session, lambda: function(*args, **kwargs), backoff)
 

@@ -26,6 +26,7 @@ from respools.client.api import Client
 from respools.client.delivery import AsyncDelivery
 from respools.client.environment import EnvOverlay, realize, register_local_holder, unregister_local_holder
 from respools.client.errors import LeaseLost, NoActiveLease
+from respools.client.fence import FENCED_EXIT_STATUS, end_process, start_reporter
 from respools.client.holding import Holding
 from respools.client.hooks import Hooks
 from respools.client.queue import QueueEntry
@@ -70,10 +71,15 @@ class LeaseSession:
         timeout: float | None = None,
         progress: bool | None = None,
         interrupt: bool = True,
+        fence: bool = True,
     ) -> None:
         self.spec = spec
         self.interrupt = interrupt
         """Raise notice in the step's thread; ``False`` leaves it to ``check()`` / ``preempted``."""
+        self.fence = fence
+        """End this process (after releasing the lease) if the block is still running at the preemption
+        deadline; ``False`` leaves stopping to the caller, the lease staying overdue (holding its GPUs)
+        until the block ends or its heartbeats stop for a TTL."""
         self.hooks: Hooks[LeaseSession] = hooks or Hooks()
         self._client = client
         self._timeout = timeout
@@ -196,7 +202,9 @@ class LeaseSession:
         if self._queue is None:
             self._queue = QueueEntry(self.client, self.spec, timeout=self._timeout, progress=self._progress)
         request = self._queue.wait_for_grant()
-        holding = Holding(self.client, request, on_notice=self._on_notice, on_lost=self._on_lost)
+        holding = Holding(
+            self.client, request, on_notice=self._on_notice, on_lost=self._on_lost, on_deadline=self._on_deadline
+        )
         self._holding = holding
         try:
             lease = holding.activate()
@@ -283,3 +291,31 @@ class LeaseSession:
 
     def _on_lost(self, lost: type[LeaseLost]) -> None:
         self._delivery.deliver(lost)
+
+    def _on_deadline(self) -> None:
+        """The block is still running at the deadline (DESIGN §2.8): the service keeps the lease's GPUs
+        for it (overdue) until it is released, so this process fences itself (:mod:`respools.client.fence`):
+        it ends at once, exit status :data:`FENCED_EXIT_STATUS` (a SIGKILL's, which is what a backend's
+        stop would have given), and its release is reported the moment it is gone. With ``fence=False``
+        the caller stops the work itself, and the lease stays overdue until it does."""
+        holding = self._holding
+        if holding is None:
+            return
+        if not self.fence:
+            log.warning(
+                "lease %s: the preemption deadline passed inside the block; fence=False: stop the work and leave "
+                "the block now (the lease holds its GPUs, overdue, until then)",
+                holding.lease_id,
+            )
+            return
+        log.error(
+            "lease %s: still inside its block at the preemption deadline: ending this process (exit status %d); "
+            "its release is reported once it is gone; pass fence=False to respools.lease() to handle the "
+            "deadline yourself",
+            holding.lease_id,
+            FENCED_EXIT_STATUS,
+        )
+        holding.stop_listening()
+        if not start_reporter(self.client, holding.lease_id):
+            holding.release()
+        end_process()

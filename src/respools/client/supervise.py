@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
+from respools.backends.local import procfs
 from respools.client.api import Client
 from respools.client.environment import realize, register_local_holder, unregister_local_holder
 from respools.client.errors import LeaseLost, LeasePreempted
@@ -39,6 +40,8 @@ log = logging.getLogger("respools.client")
 LOST_KILL_AFTER_S = 5.0
 """SIGTERM-to-SIGKILL gap when the lease ended without notice (expired, cancelled): it is gone already."""
 POLL_S = 0.05
+REAP_WAIT_S = 5.0
+"""Longest wait for a killed process group to be gone before the lease is released anyway."""
 NOT_FOUND = 127
 NOT_EXECUTABLE = 126
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -89,10 +92,15 @@ class Child:
 
     def reap_group(self) -> None:
         """The leader exited; its group may not have. Leftover workers would keep the GPUs the lease no
-        longer holds, so they get the same treatment as at a deadline."""
+        longer holds, so they get the same treatment as at a deadline, and the lease is released only
+        once the group is gone (or :data:`REAP_WAIT_S` passed): the service hands the GPUs over on that
+        release (DESIGN §2.8)."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pgid, 0)
             os.killpg(self.pgid, signal.SIGKILL)
+        deadline = time.monotonic() + REAP_WAIT_S
+        while next(procfs.group_members(self.pgid), None) is not None and time.monotonic() < deadline:
+            time.sleep(POLL_S / 5)
 
 
 @dataclass

@@ -6,11 +6,23 @@ key is retried only when it surely did not arrive (connect errors) or the server
 was written), because replaying a half-delivered POST could create a second token or request. 4xx answers
 are never retried: the server has decided, and retrying only repeats the refusal. ``Retry-After`` is
 honoured as the shortest wait.
+
+Failover. The URL may name several replicas (``RESPOOLS_URL=http://a:8000,http://b:8000``): calls go to
+one of them until it fails (a transport error or a 5xx), then to the next, at once; only once every
+replica failed in a row does the call back off. Behind a load balancer the URL is one, and the balancer
+does the same.
+
+The retry budget counts time spent *failing* — backing off, waiting for a connection that does not come,
+an answer that times out, a 5xx — never the time a long-poll spent waiting on a healthy server before
+its connection broke. A long-poll that lived 20 s on a replica that was then killed starts its retries
+with the whole budget, however many kills it has lived through.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,8 +45,9 @@ _MAX_ERROR_TEXT = 500
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How hard one call tries: ``attempts`` tries within ``budget_s`` seconds, backing off exponentially
-    (with jitter, so many clients that lost the same server do not return in lockstep)."""
+    """How hard one call tries: ``attempts`` tries per replica URL, while at most ``budget_s`` seconds were
+    spent failing, backing off exponentially once every replica failed (with jitter, so many clients
+    that lost the same server do not return in lockstep)."""
 
     attempts: int = 6
     budget_s: float = 30.0
@@ -51,6 +64,30 @@ class _RetryableStatus(Exception):
     def __init__(self, response: httpx.Response) -> None:
         super().__init__(response.status_code)
         self.response = response
+
+
+class _FailingTime:
+    """Seconds one call's attempts spent failing (see the module docstring); tenacity adds the waits."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.failures = 0
+
+    def add(self, exc: BaseException, seconds: float) -> None:
+        self.failures += 1
+        if isinstance(exc, (_RetryableStatus, httpx.TimeoutException, *_NOT_SENT)):
+            self.seconds += seconds
+        # else: a connection that broke after the request was sent (a killed replica mid long-poll): the
+        # time before the break was spent on a healthy server, not failing.
+
+
+class _StopAfterFailing(tenacity.stop.stop_base):
+    def __init__(self, budget_s: float, failing: _FailingTime) -> None:
+        self._budget_s = budget_s
+        self._failing = failing
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self._failing.seconds + retry_state.idle_for >= self._budget_s
 
 
 def _retry_after(response: httpx.Response) -> float:
@@ -97,17 +134,37 @@ class Transport:
         self.answered = False
         """Whether the server has answered at least once: a server that has never answered is likely
         misconfigured, one that stopped answering is likely restarting."""
+        self.urls = config.urls
+        self.failovers = 0
+        """How often this client moved to another replica's URL."""
+        self._current = 0
+        self._lock = threading.Lock()
         headers = {"User-Agent": f"respools-client/{__version__}", "Accept": "application/json"}
         if config.token:
             headers["Authorization"] = f"Bearer {config.token}"
         self._http = httpx.Client(
-            base_url=config.url,
             headers=headers,
             timeout=config.timeout,
             transport=transport,
             # A long-poll and a heartbeat run at once per lease; several leases may share a client.
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
         )
+
+    @property
+    def url(self) -> str:
+        """The replica calls go to now."""
+        return self.urls[self._current]
+
+    def _fail_over(self, failed: int) -> None:
+        """Move to the next replica, unless another thread moved already since ``failed`` was chosen."""
+        if len(self.urls) < 2:
+            return
+        with self._lock:
+            if self._current != failed:
+                return
+            self._current = (failed + 1) % len(self.urls)
+            self.failovers += 1
+        log.warning("respools server %s failed; calls go to %s now", self.urls[failed], self.urls[self._current])
 
     def close(self) -> None:
         self._http.close()
@@ -137,13 +194,25 @@ class Transport:
         policy = retry or self.retry
         timeout = httpx.Timeout(self.config.timeout, read=self.config.timeout + (read_timeout or 0.0))
 
+        failing = _FailingTime()
+
         def send() -> httpx.Response:
-            response = self._http.request(
-                method, path, params=_clean(params), json=json, headers=headers, timeout=timeout
-            )
+            index = self._current
+            started = time.monotonic()
+            try:
+                response = self._http.request(
+                    method, self.urls[index] + path, params=_clean(params), json=json, headers=headers, timeout=timeout
+                )
+            except httpx.TransportError as exc:
+                failing.add(exc, time.monotonic() - started)
+                self._fail_over(index)
+                raise
             self.answered = True
             if response.status_code >= 500 and (replayable or response.status_code == 503):
-                raise _RetryableStatus(response)
+                failed = _RetryableStatus(response)
+                failing.add(failed, time.monotonic() - started)
+                self._fail_over(index)
+                raise failed
             return response
 
         def worth_retrying(exc: BaseException) -> bool:
@@ -156,11 +225,14 @@ class Transport:
         backoff_wait = tenacity.wait_exponential(multiplier=policy.backoff_s, max=policy.backoff_max_s) + (
             tenacity.wait_random(0, policy.backoff_s)
         )
+        replicas = len(self.urls)
 
         def wait(state: tenacity.RetryCallState) -> float:
-            backoff = backoff_wait(state)
             outcome = state.outcome
             failure = outcome.exception() if outcome is not None else None
+            if failing.failures % replicas:
+                return 0.0  # another replica has not failed in this round yet: try it at once
+            backoff = backoff_wait(state)
             if isinstance(failure, _RetryableStatus):
                 return max(backoff, _retry_after(failure.response))
             return float(backoff)
@@ -172,7 +244,7 @@ class Transport:
             log.info("%s %s failed (%s); retry %d", method, path, what, state.attempt_number)
 
         retrying = tenacity.Retrying(
-            stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.budget_s),
+            stop=tenacity.stop_after_attempt(policy.attempts * replicas) | _StopAfterFailing(policy.budget_s, failing),
             wait=wait,
             retry=tenacity.retry_if_exception(worth_retrying),
             before_sleep=before_sleep,

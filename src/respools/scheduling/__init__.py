@@ -7,7 +7,17 @@ be honoured, each with the field at fault.
 
 from respools.scheduling.catalogue import MIG_PROFILES, gpu_class, mig_profiles_of
 from respools.scheduling.cycle import schedule
-from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, Wait, WaitRun
+from respools.scheduling.decisions import (
+    Decisions,
+    Expire,
+    Grant,
+    Overdue,
+    Preempt,
+    Reject,
+    Revoke,
+    Wait,
+    WaitRun,
+)
 from respools.scheduling.memory import Memory
 from respools.scheduling.snapshot import Snapshot
 from respools.scheduling.validation import (
@@ -25,6 +35,7 @@ __all__ = [
     "Expire",
     "Grant",
     "Memory",
+    "Overdue",
     "Preempt",
     "Reject",
     "Revoke",

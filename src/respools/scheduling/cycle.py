@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
-from respools.scheduling.decisions import Decisions, Expire, Grant, Preempt, Reject, Revoke, WaitRun
+from respools.scheduling.decisions import Decisions, Expire, Grant, Overdue, Preempt, Reject, Revoke, WaitRun
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.memory import KeptEligibility, Memory
@@ -41,7 +41,7 @@ from respools.scheduling.requests import (
     view_of,
 )
 from respools.scheduling.snapshot import Snapshot
-from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools
+from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_pools, waiting_for
 from respools.scheduling.vectors import add_into, dominates
 
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
@@ -102,7 +102,15 @@ class _Cycle:
         live = []
         for lease in leases:
             if lease.state == RequestState.PREEMPTING and lease.preempt_deadline and lease.preempt_deadline <= now:
-                self.decisions.revocations.append(Revoke(lease.id))
+                # Past the deadline the lease is overdue and keeps its capacity: its workload may still
+                # run on the GPUs. Only a holder silent for a full TTL is taken for gone here; a release
+                # or a backend's confirmed stop ends it outside the cycle (DESIGN §2.8).
+                if lease.expires_at <= now:
+                    self.decisions.revocations.append(Revoke(lease.id))
+                    continue
+                if lease.overdue_since is None:
+                    self.decisions.overdue.append(Overdue(lease.id))
+                live.append(lease)
             elif lease.expires_at <= now:
                 why = (
                     "it was never started within the pool's initialization window"
@@ -224,11 +232,7 @@ class _Cycle:
                     undecided.append(request)
                     continue
                 self._hold(state, quota, rv, victims)
-                self._wait(
-                    rv,
-                    (WaitReason.PREEMPTING, f"waiting for {len(victims)} preempted lease(s) to release"),
-                    state.name,
-                )
+                self._wait(rv, (WaitReason.PREEMPTING, waiting_for(victims)), state.name)
             proto.group.members = undecided[::-1]
             proto.group.ids = [request.id for request in proto.group.members]
 
@@ -340,7 +344,7 @@ class _Cycle:
         )
         self.decisions.preemptions.append(Preempt(rv.id, state.name, ids, plan.reason, message))
         self._hold(state, quota, rv, list(plan.victims))
-        self._wait(rv, (WaitReason.PREEMPTING, f"waiting for {len(ids)} preempted lease(s) to release"), state.name)
+        self._wait(rv, (WaitReason.PREEMPTING, waiting_for(plan.victims)), state.name)
 
     def _hold(self, state: PoolState, quota: SubjectQuota, rv: RequestView, victims: list[LeaseView]) -> None:
         """Keep what is free now, and the devices the victims will free, for the waiter."""

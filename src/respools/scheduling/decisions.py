@@ -77,8 +77,18 @@ class Expire:
 
 
 @dataclass(frozen=True, slots=True)
+class Overdue:
+    """A preempting lease that passed its grace deadline unreleased: its backend must stop the workload.
+    Its capacity stays held (DESIGN §2.8) until its holder releases it, the backend confirms the stop, or
+    the holder falls silent for a full TTL (then :class:`Revoke`)."""
+
+    lease_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Revoke:
-    """A preempting lease whose grace deadline passed: capacity returns and the backend stops it."""
+    """A preempting lease past its grace deadline whose holder has also been silent for a full TTL: its
+    capacity returns (a silent holder is taken for gone)."""
 
     lease_id: str
 
@@ -91,6 +101,7 @@ class Decisions:
     wait_runs: list[WaitRun] = field(default_factory=list)
     expiries: list[Expire] = field(default_factory=list)
     revocations: list[Revoke] = field(default_factory=list)
+    overdue: list[Overdue] = field(default_factory=list)
 
     @property
     def waits(self) -> list[Wait]:

@@ -38,6 +38,7 @@ class LeaseView:
     max_runtime_s: float | None
     preempting: bool = False
     preempted_for: str | None = None
+    overdue_since: datetime | None = None
     held: Held = ()
     """The lease's devices resolved on its pool's map (empty on pools without an inventory)."""
     resolved_on: DeviceMap | None = None
@@ -58,6 +59,32 @@ class LeaseView:
             fields["granted_at"].timestamp(),
             fields["max_runtime_s"],
         )
+
+
+NAMED_VICTIMS = 5
+"""A waiter's reason names at most this many of the leases it waits for."""
+
+
+def waiting_for(victims: Sequence[LeaseView]) -> str:
+    """Why a waiter holds still, naming the leases it waits for (DESIGN §2.8): a waiter whose capacity is
+    held by an overdue lease must be able to tell whose workload has not stopped. Stable from one cycle
+    to the next (no running clock), so the stored reason is only rewritten when it changes."""
+    ids = sorted(lv.id for lv in victims)
+    named = ", ".join(ids[:NAMED_VICTIMS]) + (
+        f" and {len(ids) - NAMED_VICTIMS} more" if len(ids) > NAMED_VICTIMS else ""
+    )
+    overdue = sorted((lv.overdue_since, lv.id) for lv in victims if lv.overdue_since is not None)
+    noun = "lease" if len(ids) == 1 else f"{len(ids)} leases"
+    message = f"waiting for preempted {noun} {named} to be released"
+    if overdue:
+        since, first = overdue[0]
+        who = first if len(overdue) == 1 else f"{len(overdue)} of them ({first} first)"
+        message += (
+            f"; {who} overdue since {since.isoformat(timespec='seconds')}: the capacity is handed over once "
+            "the holder releases it, its backend confirms the workload stopped, or the holder is silent "
+            "for a full lease TTL"
+        )
+    return message
 
 
 @dataclass(slots=True)
@@ -275,6 +302,7 @@ def _account_leases(states: dict[str, PoolState], leases: list[Lease], memory: M
         subject, resources = view.subject, view.resources
         preempting = fields["state"] == RequestState.PREEMPTING
         view.preempting, view.preempted_for = preempting, fields["preempted_for"]
+        view.overdue_since = fields["overdue_since"]
         quota = state.quotas.get(subject) or _quota(state, subject)
         usage, free = quota.usage, state.free
         for key, amount in resources.items():

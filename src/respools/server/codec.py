@@ -137,6 +137,7 @@ def lease_of(row: Mapping[Any, Any]) -> Lease:
             preempt_reason=PreemptReason(reason) if reason else None,
             preempt_deadline=row["preempt_deadline"],
             preempted_for=row["preempted_for"],
+            overdue_since=row["overdue_since"],
             released_at=row["released_at"],
         ),
     )

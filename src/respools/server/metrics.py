@@ -54,6 +54,12 @@ class PoolCollector(Collector):
         queue = GaugeMetricFamily("respools_queue_length", "Pending requests waiting on the pool", labels=["pool"])
         leases = GaugeMetricFamily("respools_live_leases", "Granted, active or preempting leases", labels=["pool"])
         preempting = GaugeMetricFamily("respools_preempting_leases", "Leases under preemption notice", labels=["pool"])
+        overdue = GaugeMetricFamily(
+            "respools_overdue_leases",
+            "Preempting leases past their grace deadline, still holding their capacity until a release, a "
+            "confirmed stop or a TTL of silence",
+            labels=["pool"],
+        )
         for status in statuses:
             for name, family in families.items():
                 vector: dict[str, int] = getattr(status, name)
@@ -62,8 +68,9 @@ class PoolCollector(Collector):
             queue.add_metric([status.name], status.waiting_requests)
             leases.add_metric([status.name], status.live_leases)
             preempting.add_metric([status.name], status.preempting_leases)
+            overdue.add_metric([status.name], status.overdue_leases)
         yield from families.values()
-        yield from (queue, leases, preempting)
+        yield from (queue, leases, preempting, overdue)
 
 
 class Metrics:
@@ -84,7 +91,15 @@ class Metrics:
         )
         self.rejections = Counter("respools_rejections", "Requests rejected as never fitting", registry=r)
         self.expiries = Counter("respools_expiries", "Leases expired (heartbeats stopped)", registry=r)
-        self.revocations = Counter("respools_revocations", "Preempting leases revoked at the deadline", registry=r)
+        self.revocations = Counter(
+            "respools_revocations", "Overdue leases ended because their holder was silent for a full TTL", registry=r
+        )
+        self.overdue = Counter(
+            "respools_leases_overdue",
+            "Preempting leases that passed their grace deadline unreleased",
+            ["pool"],
+            registry=r,
+        )
         self.cycle_seconds = Histogram(
             "respools_reconcile_cycle_seconds", "Duration of a reconciler cycle", buckets=LATENCY_BUCKETS, registry=r
         )
@@ -110,3 +125,5 @@ class Metrics:
             self.expiries.inc(outcome.expired)
         if outcome.revoked:
             self.revocations.inc(len(outcome.revoked))
+        for lease, _ in outcome.overdue:
+            self.overdue.labels(lease.pool).inc()

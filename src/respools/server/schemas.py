@@ -61,6 +61,9 @@ class PoolStatus(_Body):
     free: ResourceVector
     live_leases: int
     preempting_leases: int
+    overdue_leases: int = Field(
+        default=0, description="preempting leases past their grace deadline whose capacity is still held"
+    )
     waiting_requests: int = Field(description="pending requests the scheduler last saw waiting on this pool")
     live_hosts: int
     lost_hosts: int
@@ -84,6 +87,22 @@ class OveruseReport(_Body):
     tolerance_mb: int = Field(default=0, ge=0)
     preempt: bool = Field(default=False, description="preempt the lease (reason 'overuse') as well as logging it")
     message: str = Field(max_length=1000)
+
+
+class StopConfirmation(_Body):
+    """A backend saw the workload of a preempting lease stopped (``POST /v1/leases/{id}/stopped``): what
+    ends an overdue lease without its holder's release (DESIGN §2.8)."""
+
+    backend: str = Field(
+        min_length=1, max_length=63, description="who confirms: the stack's backend or runner ('local', ...)"
+    )
+    evidence: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="what was checked, for the event log (e.g. 'process group 4242 gone; NVML lists no compute "
+        "process of it on GPU-…', 'pods deleted and gone', 'job CANCELLED')",
+    )
+    host: str | None = Field(default=None, max_length=253, description="where the stop was seen, if one host")
 
 
 class Health(_Body):

@@ -21,6 +21,7 @@ from respools.server.db.migrate import current_revision, head_revision, upgrade
 from respools.server.definitions import DefinitionsCache
 from respools.server.listener import PgListener
 from respools.server.metrics import Metrics
+from respools.server.ops.leases import confirm_stop
 from respools.server.ops.status import pool_statuses
 from respools.server.ops.tokens import bootstrap_admin_token, ensure_admin_token
 from respools.server.reconciler import Reconciler
@@ -57,7 +58,7 @@ class Services:
         definitions = DefinitionsCache(db)
         tokens = TokenCache(db, settings.token_cache_ttl_s)
         metrics = Metrics()
-        stopper = WorkloadStopper()
+        stopper = WorkloadStopper(lambda lease_id, confirmation: confirm_stop(db, lease_id, confirmation))
         reconciler = Reconciler(db, definitions, settings, metrics, stopper)
         services = cls(settings, db, bus, definitions, tokens, metrics, reconciler, stopper, GroupCommit(db))
         bus.subscribe(definitions.on_changes)

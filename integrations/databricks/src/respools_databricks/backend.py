@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from respools.backends.protocol import Backend, BackendError, Realization
 from respools.model import GPU, MILLI, Form, Host, Lease, PoolSpec, format_resources, is_mig_key
 from respools_databricks.node_types import cluster_shape
-from respools_databricks.runs import cancel_lease_runs
+from respools_databricks.runs import active_lease_runs, cancel_lease_runs
 from respools_databricks.runtime import require_gpu_ml_runtime
 from respools_databricks.settings import DatabricksSettings, settings_of
 from respools_databricks.spec import LEASE_TAG, job_cluster, lease_tag_value, shared_cluster_task
@@ -74,6 +74,14 @@ class DatabricksBackend(Backend):
         settings = settings_of(pool)
         cancelled = cancel_lease_runs(self._workspace_factory(settings), lease_tag_value(lease.id))
         log.info("lease %s: cancelled runs %s", lease.id, ", ".join(map(str, cancelled)) or "none (none active)")
+
+    def confirm_stopped(self, lease: Lease, pool: PoolSpec) -> str | None:
+        """Confirmed once no run of the lease is active any more (a terminating run still holds its
+        cluster), so the service may hand an overdue lease's GPUs over (DESIGN §2.8)."""
+        tag = lease_tag_value(lease.id)
+        if active_lease_runs(self._workspace_factory(settings_of(pool)), tag):
+            return None
+        return f"no active run tagged {LEASE_TAG}={tag} is left in the workspace"
 
     def _gpu_of(self, lease: Lease, pool: PoolSpec) -> int:
         supported = self.effective_forms(pool)

@@ -18,15 +18,23 @@ from respools_databricks.spec import LEASE_TAG
 
 def cancel_lease_runs(workspace: WorkspaceClient, lease_tag: str) -> list[int]:
     """Cancel the lease's active runs; their run ids."""
+    cancelled = active_lease_runs(workspace, lease_tag)
+    for run_id in cancelled:
+        workspace.jobs.cancel_run(run_id=run_id)
+    return cancelled
+
+
+def active_lease_runs(workspace: WorkspaceClient, lease_tag: str) -> list[int]:
+    """Ids of the lease's runs that are not terminated yet (pending, running, terminating: still on
+    their clusters' GPUs)."""
     job_tags: dict[int, dict[str, str]] = {}
-    cancelled: list[int] = []
+    active: list[int] = []
     for run in workspace.jobs.list_runs(active_only=True, expand_tasks=True):
         if run.run_id is None:
             continue
         if _cluster_tagged(run, lease_tag) or _job_tagged(workspace, run.job_id, lease_tag, job_tags):
-            workspace.jobs.cancel_run(run_id=run.run_id)
-            cancelled.append(run.run_id)
-    return cancelled
+            active.append(run.run_id)
+    return active
 
 
 def _clusters(run: BaseRun) -> Iterator[ClusterSpec]:

@@ -15,9 +15,9 @@ from respools_kubernetes.client import ApiClientFactory, default_api_client
 from respools_kubernetes.demand import forms_used, pod_demands
 from respools_kubernetes.fragment import build_fragment
 from respools_kubernetes.inventory import host_from_node
-from respools_kubernetes.labels import lease_label_value
+from respools_kubernetes.labels import LEASE_LABEL, lease_label_value
 from respools_kubernetes.pods import apply_to_pod
-from respools_kubernetes.revoke import delete_lease_workload
+from respools_kubernetes.revoke import delete_lease_workload, lease_pods_left
 from respools_kubernetes.settings import settings_of
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,17 @@ class KubernetesBackend(Backend):
             log.info("lease %s stopped: deleted %s", lease.id, ", ".join(str(d) for d in deleted))
         else:
             log.info("lease %s: no pods left in namespace %s", lease.id, settings.namespace)
+
+    def confirm_stopped(self, lease: Lease, pool: PoolSpec) -> str | None:
+        """The stop is confirmed once no pod of the lease is left, terminating ones included (DESIGN
+        §2.8: the service hands an overdue lease's GPUs over only then)."""
+        settings = settings_of(pool)
+        label = lease_label_value(lease.id)
+        with self._api_client_factory(settings) as api_client:
+            left = lease_pods_left(CoreV1Api(api_client), settings.namespace, label)
+        if left:
+            return None
+        return f"no pod labelled {LEASE_LABEL}={label} is left in namespace {settings.namespace}"
 
 
 def _probe_pod() -> V1Pod:

@@ -50,6 +50,13 @@ def delete_lease_workload(core: CoreV1Api, batch: BatchV1Api, namespace: str, le
     return deleted
 
 
+def lease_pods_left(core: CoreV1Api, namespace: str, lease_id: str) -> list[str]:
+    """Names of the pods labelled with ``lease_id`` that still exist, terminating ones included: their
+    containers may still hold the GPUs, which the device plugin frees only once the pod is gone."""
+    pods = core.list_namespaced_pod(namespace, label_selector=f"{LEASE_LABEL}={lease_id}").items
+    return sorted(str(pod.metadata.name) for pod in pods if (pod.metadata.labels or {}).get(LEASE_LABEL) == lease_id)
+
+
 def _owning_job(pod: Any) -> str | None:
     for owner in pod.metadata.owner_references or []:
         if owner.controller and owner.kind == "Job" and owner.api_version == "batch/v1":

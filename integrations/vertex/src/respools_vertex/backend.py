@@ -8,11 +8,17 @@ from typing import Any, ClassVar
 from respools.backends.protocol import Backend, BackendError, Realization
 from respools.model import GPU, MILLI, Form, Host, Lease, PoolSpec, format_resources, is_mig_key
 from respools_vertex.accelerators import pool_accelerator
-from respools_vertex.jobs import JobClientFactory, cancel_lease_jobs, default_job_client, location
+from respools_vertex.jobs import (
+    JobClientFactory,
+    cancel_lease_jobs,
+    default_job_client,
+    location,
+    unfinished_lease_jobs,
+)
 from respools_vertex.machines import machine_for, valid_counts
 from respools_vertex.quota import CloudQuotas, QuotaSource
 from respools_vertex.settings import VertexSettings, settings_of
-from respools_vertex.spec import custom_job_fragment, lease_label_value
+from respools_vertex.spec import LEASE_LABEL, custom_job_fragment, lease_label_value
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +88,15 @@ class VertexBackend(Backend):
         settings = _with_project(pool)
         cancelled = cancel_lease_jobs(self._job_client_factory(settings), settings, lease_label_value(lease.id))
         log.info("lease %s: cancelled %s", lease.id, ", ".join(cancelled) or "no running job")
+
+    def confirm_stopped(self, lease: Lease, pool: PoolSpec) -> str | None:
+        """Confirmed once every custom job of the lease is terminal (a cancelling job may still hold its
+        machines), so the service may hand an overdue lease's GPUs over (DESIGN §2.8)."""
+        settings = _with_project(pool)
+        label = lease_label_value(lease.id)
+        if unfinished_lease_jobs(self._job_client_factory(settings), settings, label):
+            return None
+        return f"every custom job labelled {LEASE_LABEL}={label} in {location(settings)} is in a terminal state"
 
 
 def _whole_gpus(lease: Lease) -> int:

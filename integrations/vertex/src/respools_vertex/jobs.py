@@ -27,6 +27,10 @@ _DONE = frozenset(
 )
 
 
+_TERMINAL = _DONE - {aiplatform_v1.JobState.JOB_STATE_CANCELLING}
+"""States in which a job holds no machine any more: a cancelling job may still be running."""
+
+
 def default_job_client(settings: VertexSettings) -> aiplatform_v1.JobServiceClient:
     """The regional endpoint with the ambient Google credentials."""
     return aiplatform_v1.JobServiceClient(
@@ -54,3 +58,14 @@ def cancel_lease_jobs(client: aiplatform_v1.JobServiceClient, settings: VertexSe
         client.cancel_custom_job(request=aiplatform_v1.CancelCustomJobRequest(name=job.name))
         cancelled.append(job.name)
     return cancelled
+
+
+def unfinished_lease_jobs(
+    client: aiplatform_v1.JobServiceClient, settings: VertexSettings, label_value: str
+) -> list[str]:
+    """Resource names of the lease's jobs not yet in a terminal state (cancelling ones included)."""
+    return [
+        job.name
+        for job in client.list_custom_jobs(request=list_request(settings, label_value))
+        if job.labels.get(LEASE_LABEL) == label_value and job.state not in _TERMINAL
+    ]

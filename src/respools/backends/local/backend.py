@@ -8,9 +8,11 @@ that wants another host's view (the server rendering a realization, say) passes 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import ClassVar
 
+from respools.backends.local.confirm import ComputePids, compute_pids, confirm_gone
 from respools.backends.local.discovery import Discovery, discover_host
 from respools.backends.local.holders import HolderRegistry, unregister_holder
 from respools.backends.local.hostname import local_host_name
@@ -23,6 +25,11 @@ from respools.model import Form, Host, Lease, PoolSpec
 
 log = logging.getLogger(__name__)
 
+CONFIRM_SETTLE_S = 2.0
+"""How long :meth:`LocalBackend.confirm_stopped` keeps checking a registered workload before answering
+that its stop is not confirmed (the agent asks again on its next tick)."""
+CONFIRM_POLL_S = 0.1
+
 
 class LocalBackend(Backend):
     name: ClassVar[str] = "local"
@@ -34,10 +41,12 @@ class LocalBackend(Backend):
         *,
         registry: HolderRegistry | None = None,
         mps_probe: Callable[[], MpsState] = probe_mps,
+        compute_pids: ComputePids = compute_pids,
     ) -> None:
         self.host = host or local_host_name()
         self._registry = registry
         self._mps_probe = mps_probe
+        self._compute_pids = compute_pids
         self.unavailable_reason: str | None = None
         """Why the last discovery found no host (one line), or ``None``."""
 
@@ -71,12 +80,28 @@ class LocalBackend(Backend):
 
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         """SIGTERM, then SIGKILL after ``settings.stop_kill_after_s``, to the lease's registered process
-        group on this host. A lease with no registration here is left alone (its holder stops itself)."""
+        group on this host. A lease with no registration here is left alone (its holder stops itself).
+        The registration stays until :meth:`confirm_stopped` vouches for the stop."""
         holder = self.registry.get(lease.id)
         if holder is None:
-            log.info("lease %s: no process registered on %s; nothing to stop here", lease.id, self.host)
+            log.info("lease %s: no live process registered on %s; nothing to stop here", lease.id, self.host)
             return
         outcome = stop_holder(holder, local_settings(pool).stop_kill_after_s)
         if outcome is not StopOutcome.GONE:
             log.info("lease %s: workload %s", lease.id, outcome.value)
-        unregister_holder(lease.id, directory=self.registry.directory)
+
+    def confirm_stopped(self, lease: Lease, pool: PoolSpec) -> str | None:
+        """Evidence that the lease's registered workload on this host is gone and NVML shows none of it
+        on the lease's GPUs (:func:`confirm_gone`); ``None`` while it is not, or when nothing of the lease
+        was registered here (its holder may run elsewhere). A confirmed registration is removed."""
+        holder = self.registry.get(lease.id, include_dead=True)
+        if holder is None:
+            return None
+        settle = time.monotonic() + CONFIRM_SETTLE_S
+        # A killed process's memory is freed a moment after it dies: ask again briefly before giving up.
+        while (evidence := confirm_gone(holder, self._compute_pids)) is None and time.monotonic() < settle:
+            time.sleep(CONFIRM_POLL_S)
+        if evidence is not None:
+            unregister_holder(lease.id, directory=self.registry.directory)
+            evidence = f"{evidence} (host {holder.host})"
+        return evidence

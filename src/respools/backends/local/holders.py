@@ -20,7 +20,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -119,15 +119,24 @@ class HolderRegistry:
     def holders(self) -> list[Holder]:
         return [holder for holder, _path in self._entries() if holder is not None]
 
-    def get(self, lease_id: str) -> Holder | None:
+    def get(self, lease_id: str, *, include_dead: bool = False) -> Holder | None:
+        """The lease's registration; with ``include_dead`` also one whose process is gone (to confirm a
+        stop, never to signal)."""
         path = _file(self.directory, lease_id)
-        holder = self._load(path)
+        holder = self._load(path, include_dead)
         return holder if holder is not None and holder.lease_id == lease_id else None
 
-    def prune(self) -> int:
-        """Remove registrations whose process is gone; answers how many."""
+    def registered(self) -> list[Holder]:
+        """Every readable registration, its process alive or not (to confirm stops, never to signal)."""
+        return [holder for holder, _path in self._entries(include_dead=True) if holder is not None]
+
+    def prune(self, keep: Collection[str] = ()) -> int:
+        """Remove registrations whose process is gone, except those of the leases in ``keep`` (a stop
+        still to be confirmed); answers how many."""
         removed = 0
         for holder, path in self._entries(include_dead=True):
+            if holder is not None and holder.lease_id in keep:
+                continue
             if holder is None or not procfs.running(holder.pid):
                 with contextlib.suppress(OSError):
                     path.unlink()

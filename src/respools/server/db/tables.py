@@ -163,6 +163,7 @@ class LeaseRow(SQLModel, table=True):
     preempt_reason: str | None = Field(default=None, max_length=32)
     preempt_deadline: datetime | None = _time(nullable=True)
     preempted_for: str | None = Field(default=None, max_length=64)
+    overdue_since: datetime | None = _time(nullable=True)
     released_at: datetime | None = _time(nullable=True)
 
 

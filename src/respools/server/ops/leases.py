@@ -35,7 +35,7 @@ from respools.server.lifecycle import (
     update_request,
     update_requests,
 )
-from respools.server.schemas import OveruseReport, PreemptSpec, Principal
+from respools.server.schemas import OveruseReport, PreemptSpec, Principal, StopConfirmation
 
 DEFAULT_TTL_S = 60.0
 
@@ -279,5 +279,30 @@ def report_overuse(db: Database, defs: DefinitionsCache, lease_id: str, report: 
         if report.preempt and lease.state in {RequestState.GRANTED, RequestState.ACTIVE}:
             return _give_notice(tx, defs, lease, PreemptReason.OVERUSE, report.message, None)
         return lease
+
+    return db.write(work)
+
+
+def confirm_stop(db: Database, lease_id: str, confirmation: StopConfirmation) -> Lease:
+    """A backend confirms that a preempting lease's workload has stopped: the lease ends as its holder's
+    release would (requeued while retries remain) and its capacity is handed over (DESIGN §2.8). A lease
+    that ended already is answered as it is; a granted or active lease is refused, since nothing asked
+    for its workload to stop."""
+
+    def work(tx: Tx) -> Lease:
+        lease = _locked_lease(tx, lease_id)
+        if lease.state.value not in LIVE:
+            return lease
+        if lease.state != RequestState.PREEMPTING:
+            raise conflict(
+                f"lease {lease_id} is {lease.state.value}: a stop is confirmed only for a preempting lease; "
+                "a holder that finished releases its lease instead",
+                "lease_id",
+            )
+        where = f" on {confirmation.host}" if confirmation.host else ""
+        how = f"its workload was stopped, confirmed by backend {confirmation.backend}{where}: {confirmation.evidence}"
+        request = tx.conn.execute(REQUEST_BY_ID_LOCKED, {"k_id": lease.request_id}).mappings().one()
+        append(tx, complete_preemption(tx, lease, request, how))
+        return lease.model_copy(update={"state": RequestState.PREEMPTED, "released_at": tx.now})
 
     return db.write(work)

@@ -4,6 +4,7 @@ the Prometheus gauges (computed from the store at read time, so every replica re
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime
 
 import sqlalchemy as sa
 
@@ -26,10 +27,12 @@ def pool_statuses(db: Database, cache: DefinitionsCache, only: str | None = None
     if only is not None and only not in definitions.pools:
         raise not_found("pool", only, "pool")
 
-    def read(conn: sa.Connection) -> tuple[list[sa.Row[tuple[str, str, dict[str, int], dict[str, int]]]], Counter[str]]:
-        leases = sa.select(LEASES.c.pool, LEASES.c.state, LEASES.c.resources, LEASES.c.borrowed).where(
-            sa.text(LIVE_STATES_SQL)
-        )
+    def read(
+        conn: sa.Connection,
+    ) -> tuple[list[sa.Row[tuple[str, str, dict[str, int], dict[str, int], datetime | None]]], Counter[str]]:
+        leases = sa.select(
+            LEASES.c.pool, LEASES.c.state, LEASES.c.resources, LEASES.c.borrowed, LEASES.c.overdue_since
+        ).where(sa.text(LIVE_STATES_SQL))
         if only is not None:
             leases = leases.where(LEASES.c.pool == only)
         waiting = (
@@ -42,10 +45,13 @@ def pool_statuses(db: Database, cache: DefinitionsCache, only: str | None = None
     in_use: dict[str, dict[str, int]] = {}
     borrowed: dict[str, dict[str, int]] = {}
     counts: Counter[tuple[str, str]] = Counter()
-    for pool, state, resources, lent in live:
+    overdue: Counter[str] = Counter()
+    for pool, state, resources, lent, overdue_since in live:
         _add(in_use.setdefault(pool, {}), resources)
         _add(borrowed.setdefault(pool, {}), lent)
         counts[(pool, state)] += 1
+        if overdue_since is not None:
+            overdue[pool] += 1
     statuses = []
     for name in sorted(definitions.pools) if only is None else [only]:
         pool = definitions.effective_pool(name, now)
@@ -64,6 +70,7 @@ def pool_statuses(db: Database, cache: DefinitionsCache, only: str | None = None
                 free={k: max(0, v - used.get(k, 0)) for k, v in capacity.items()},
                 live_leases=sum(n for (p, _), n in counts.items() if p == name),
                 preempting_leases=counts[(name, RequestState.PREEMPTING.value)],
+                overdue_leases=overdue[name],
                 waiting_requests=waiting.get(name, 0),
                 live_hosts=live_hosts,
                 lost_hosts=len(reports) - live_hosts,

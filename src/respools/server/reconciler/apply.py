@@ -33,13 +33,16 @@ class CycleOutcome:
     preempted: list[tuple[str, PreemptReason]] = field(default_factory=list)
     expired: int = 0
     revoked: list[tuple[Lease, PoolSpec | None]] = field(default_factory=list)
+    """Overdue leases whose holder was also silent for a full TTL: ended, their capacity handed over."""
+    overdue: list[tuple[Lease, PoolSpec | None]] = field(default_factory=list)
+    """Leases that passed their grace deadline unreleased this cycle: their backends must stop them."""
     waiting: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def decided(self) -> bool:
-        """Whether the cycle granted, rejected, preempted, expired or revoked anything."""
-        return bool(self.grants or self.rejected or self.preempted or self.expired or self.revoked)
+        """Whether the cycle granted, rejected, preempted, expired, revoked or marked anything overdue."""
+        return bool(self.grants or self.rejected or self.preempted or self.expired or self.revoked or self.overdue)
 
 
 def new_lease_id() -> str:
@@ -49,6 +52,7 @@ def new_lease_id() -> str:
 def apply_decisions(tx: Tx, cycle: CycleInput, decisions: Decisions) -> CycleOutcome:
     outcome = CycleOutcome()
     _end_leases(tx, cycle, decisions, outcome)
+    _mark_overdue(tx, cycle, decisions, outcome)
     _grant(tx, cycle, decisions, outcome)
     _reject(tx, cycle, decisions, outcome)
     _preempt(tx, cycle, decisions, outcome)
@@ -75,9 +79,43 @@ def _end_leases(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleO
     for revocation in decisions.revocations:
         lease = leases[revocation.lease_id]
         outcome.events += complete_preemption(
-            tx, lease, request_rows[lease.request_id], "its grace deadline passed before it was released"
+            tx,
+            lease,
+            request_rows[lease.request_id],
+            "it was overdue and its holder was silent for a full lease TTL, so its workload is taken for gone",
         )
         outcome.revoked.append((lease, cycle.definitions.pools.get(lease.pool)))
+
+
+def _mark_overdue(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcome) -> None:
+    """A preempting lease past its deadline keeps its capacity and is marked overdue once; the loop then
+    asks its backend to stop the workload (DESIGN §2.8)."""
+    if not decisions.overdue:
+        return
+    leases = {lease.id: lease for lease in cycle.snapshot.leases}
+    rows = []
+    for decision in decisions.overdue:
+        lease = leases[decision.lease_id]
+        rows.append({"id": lease.id, "overdue_since": tx.now})
+        deadline = lease.preempt_deadline.isoformat(timespec="seconds") if lease.preempt_deadline else "?"
+        outcome.events.append(
+            event_row(
+                tx.now,
+                EventKind.OVERDUE,
+                f"lease {lease.id} is overdue: its grace deadline {deadline} passed before it was released; it "
+                "keeps its capacity until its holder releases it, its backend confirms the workload stopped, "
+                "or its holder is silent for a full lease TTL",
+                pool=lease.pool,
+                subject=lease.subject,
+                request_id=lease.request_id,
+                lease_id=lease.id,
+                data={"deadline": deadline, "preempted_for": lease.preempted_for},
+            )
+        )
+        outcome.overdue.append(
+            (lease.model_copy(update={"overdue_since": tx.now}), cycle.definitions.pools.get(lease.pool))
+        )
+    bulk_update(tx, LEASES, rows)
 
 
 def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcome) -> None:
@@ -113,6 +151,7 @@ def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcom
                 "preempt_reason": None,
                 "preempt_deadline": None,
                 "preempted_for": None,
+                "overdue_since": None,
                 "released_at": None,
             }
         )

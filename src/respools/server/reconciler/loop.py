@@ -158,7 +158,7 @@ class Reconciler:
         self.last_cycle_at = time.monotonic()
         self._metrics.observe_cycle(outcome, time.perf_counter() - started, timings)
         self._statistics.after_cycle(len(outcome.grants))
-        for lease, pool in outcome.revoked:
+        for lease, pool in outcome.overdue + outcome.revoked:
             if self._stopper is not None and pool is not None:
                 self._stopper.stop(lease, pool)
         if outcome.decided:
@@ -170,6 +170,7 @@ class Reconciler:
                     "preempted": len(outcome.preempted),
                     "expired": outcome.expired,
                     "revoked": len(outcome.revoked),
+                    "overdue": len(outcome.overdue),
                     "waiting": outcome.waiting,
                 },
             )

@@ -12,7 +12,7 @@ from respools.server.errors import forbidden
 from respools.server.ops import leases
 from respools.server.routes.answers import model_answer
 from respools.server.routes.deps import ERRORS, AdminAuth, Auth, ServicesDep
-from respools.server.schemas import OveruseReport, PreemptSpec
+from respools.server.schemas import OveruseReport, PreemptSpec, StopConfirmation
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERRORS)
 
@@ -78,3 +78,17 @@ def preempt(
 )
 def overuse(lease_id: str, report: OveruseReport, services: ServicesDep, _: AdminAuth) -> Lease:
     return leases.report_overuse(services.db, services.definitions, lease_id, report)
+
+
+@router.post(
+    "/{lease_id}/stopped",
+    response_model=Lease,
+    summary="Confirm that a preempting lease's workload stopped (backends and agents, admin token)",
+    description="Past its grace deadline a preempting lease is overdue and keeps its capacity until its holder "
+    "releases it, a backend confirms here that its workload is gone (local: process group gone and no NVML "
+    "compute process on its devices; Kubernetes: pods deleted and gone; Vertex AI / Databricks: job terminal), "
+    "or its holder is silent for a full TTL. Confirming ends the lease as a release would (requeue while "
+    "retries remain). 409 for a lease that is not preempting; an ended lease is answered as it is.",
+)
+def stopped(lease_id: str, confirmation: StopConfirmation, services: ServicesDep, _: AdminAuth) -> Lease:
+    return leases.confirm_stop(services.db, lease_id, confirmation)

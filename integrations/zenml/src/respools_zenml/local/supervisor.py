@@ -37,6 +37,9 @@ WATCH_S = 0.5
 LOST_KILL_AFTER_S = 5.0
 """How long a step may run on after its lease ended without notice (expired, cancelled by an admin)."""
 STOP_WAIT_S = 10.0
+FENCED = 128 + signal.SIGKILL
+"""Exit status of a step whose ``respools.lease()`` fenced its process at the preemption deadline (a
+SIGKILL's, as a shell reports it): ended like one we killed, so its step run is failed the same way."""
 
 
 class StepProcessFailed(RuntimeError):
@@ -119,7 +122,7 @@ class StepProcessSupervisor:
         finally:
             _signal_group(process, signal.SIGKILL)  # workers the step left behind would keep the GPUs
             self._end_lease(lease_id)
-            if killed or process.returncode is None or process.returncode < 0:
+            if killed or process.returncode is None or process.returncode < 0 or process.returncode == FENCED:
                 self._fail_unfinished_step_run()
         return process.returncode if process.returncode is not None and process.returncode >= 0 else 1
 
