@@ -1,0 +1,454 @@
+"""One kind of workload through its lease: submit, wait, admit, heartbeat, preempt, requeue, release.
+
+Everything the controller knows about a workload is in its annotations and in the request they name,
+and every request carries the workload's uid as its idempotency key, so a restarted controller (or a
+new leader) submits nothing twice and grants nothing twice: it reads where each workload stands and
+goes on from there. The capacity of a preempted workload goes back (the lease is released) only once
+no pod of its lease is left: never two workloads on one GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client import CoreV1Api
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from respools import ApiError, Client
+from respools.backends.protocol import BackendError
+from respools.model import LIVE_LEASE_STATES, TERMINAL_STATES, Lease, Request, RequestSpec, RequestState
+from respools_kubernetes.api_json import from_api_json, to_api_json
+from respools_kubernetes.backend import KubernetesBackend
+from respools_kubernetes.controller import names
+from respools_kubernetes.controller.demand import BadDemand, template_resources
+from respools_kubernetes.controller.names import State
+from respools_kubernetes.controller.recorder import Recorder
+from respools_kubernetes.controller.settings import ControllerSettings
+from respools_kubernetes.controller.workloads.base import Obj, WorkloadKind, annotations, labels, metadata
+from respools_kubernetes.labels import HOSTNAME_LABEL
+from respools_kubernetes.pods import apply_placement
+
+log = logging.getLogger(__name__)
+
+NamespaceLookup = Callable[[str], Obj | None]
+_SCHEDULING_FIELDS = ("affinity", "nodeSelector", "tolerations")
+_NOT_FOUND = 404
+_CLIENT_ERRORS = range(400, 500)
+
+
+class Admission:
+    """Drives the workloads of one kind. ``reconcile`` is idempotent: call it on every change and resync."""
+
+    def __init__(
+        self,
+        kind: WorkloadKind,
+        client: Client,
+        core: CoreV1Api,
+        recorder: Recorder,
+        namespace_of: NamespaceLookup,
+        settings: ControllerSettings,
+    ) -> None:
+        self.kind = kind
+        self._client = client
+        self._core = core
+        self._recorder = recorder
+        self._namespace_of = namespace_of
+        self._settings = settings
+        self._backend = KubernetesBackend()
+        self._gone: dict[str, Obj] = {}
+        """Deleted workloads whose request is still open, by request id, until their pods are gone."""
+        self._killed: set[str] = set()
+        """Pods (uid) deleted at their deadline with no grace left."""
+
+    # -- entry points ------------------------------------------------------------------------------
+
+    def reconcile(self, obj: Obj) -> Obj:
+        """Move one workload on; the object as it now is."""
+        if self.kind.ignored(obj) or metadata(obj).get("deletionTimestamp"):
+            return obj
+        request_id = annotations(obj).get(names.REQUEST_ID)
+        if request_id is None:
+            pool = self._label(obj, names.POOL)
+            if (
+                pool is None
+                or self.kind.finished(obj)
+                or annotations(obj).get(names.STATE)
+                in (
+                    State.REJECTED,
+                    State.UNGATED,
+                )
+            ):
+                return obj
+            return self._submit(obj, pool)
+        if self.kind.finished(obj):
+            return self._finish(obj, request_id)
+        return self._follow(obj, request_id)
+
+    def deleted(self, obj: Obj) -> None:
+        """The workload is gone from the cluster: its request ends once its pods have gone too."""
+        request_id = annotations(obj).get(names.REQUEST_ID)
+        if request_id is not None and annotations(obj).get(names.STATE) not in (State.FINISHED,):
+            self._gone[request_id] = obj
+
+    def settle_deleted(self) -> None:
+        """Release or cancel the requests of deleted workloads whose pods are all gone."""
+        for request_id, obj in list(self._gone.items()):
+            try:
+                if self._settle(request_id, obj):
+                    del self._gone[request_id]
+            except (ApiError, ApiException) as exc:
+                log.warning("deleted %s %s: %s", self.kind.kind, _name(obj), exc)
+
+    def open_requests(self) -> set[str]:
+        return set(self._gone)
+
+    # -- submit ------------------------------------------------------------------------------------
+
+    def _submit(self, obj: Obj, pool: str) -> Obj:
+        try:
+            resources = template_resources(self.kind.template(obj))
+        except BadDemand as exc:
+            return self._reject(self._hold(obj), str(exc))
+        if not resources:
+            return obj  # not a GPU workload
+        if not self.kind.held(obj):
+            if not self.kind.can_hold_after_creation:
+                message = (
+                    f"this {self.kind.kind} was created without the {names.SCHEDULING_GATE} scheduling gate, so it "
+                    "runs without a lease; create it gated or install the respools webhook"
+                )
+                return self._set_status(obj, State.UNGATED, message, "NotGated", warning=True)
+            obj = self.kind.hold(obj)
+        uid = metadata(obj).get("uid") or ""
+        try:
+            spec = RequestSpec(
+                subject=self._label(obj, names.SUBJECT),
+                resources=resources,
+                replicas=self.kind.replicas(obj),
+                preemptible=self._value(obj, names.PREEMPTIBLE) != "false",
+                priority=int(self._value(obj, names.PRIORITY) or 0),
+                pools=[pool],
+                max_retries=self._max_retries(obj),
+                idempotency_key=f"k8s-{uid}",
+                labels={
+                    names.MANAGED_BY: names.MANAGED_BY_VALUE,
+                    names.WORKLOAD_UID: uid,
+                    "k8s-kind": self.kind.kind,
+                    "k8s-namespace": metadata(obj).get("namespace") or "",
+                    "k8s-name": metadata(obj).get("name") or "",
+                },
+            )
+        except (ValidationError, ValueError) as exc:
+            return self._reject(obj, f"the workload's respools request is invalid: {_first_error(exc)}")
+        try:
+            request = self._client.submit(spec)
+        except ApiError as exc:
+            if exc.status in _CLIENT_ERRORS:
+                return self._reject(obj, f"respools refused the request: {exc}")
+            raise
+        obj = self.kind.patch(obj, {"metadata": {"annotations": {names.REQUEST_ID: request.id, names.ATTEMPT: "0"}}})
+        return self._follow(obj, request.id, request)
+
+    # -- follow ------------------------------------------------------------------------------------
+
+    def _follow(self, obj: Obj, request_id: str, request: Request | None = None) -> Obj:
+        applied = annotations(obj).get(names.LEASE_ID)
+        if applied and annotations(obj).get(names.STATE) in (State.ADMITTED, State.PREEMPTING):
+            lease = self._heartbeat(applied)
+            if lease is not None and lease.state == RequestState.PREEMPTING:
+                return self._preempt(obj, lease)
+            if lease is not None and lease.state in LIVE_LEASE_STATES:
+                return obj
+            # The lease ended without us (expired, or revoked at its deadline): its pods must go first.
+            if self._stop_lease_pods(metadata(obj).get("namespace") or "", applied, deadline=None):
+                return obj
+        request = request or self._client.get_request(request_id)
+        if request.state == RequestState.PENDING:
+            if applied:
+                return self._requeue(obj, request)
+            return self._set_status(obj, State.WAITING, _waiting(request), "Waiting")
+        if request.state in LIVE_LEASE_STATES and request.lease_id:
+            if applied == request.lease_id and not self.kind.held(obj):
+                return obj
+            return self._admit(obj, request)
+        if request.state == RequestState.REJECTED:
+            return self._reject(obj, request.reason or "rejected by respools")
+        if request.state == RequestState.PREEMPTED:
+            return self._set_status(obj, State.PREEMPTED, request.reason or "preempted", "Preempted", warning=True)
+        return self._set_status(obj, State.FINISHED, request.reason or request.state.value, "LeaseEnded")
+
+    def _admit(self, obj: Obj, request: Request) -> Obj:
+        assert request.lease_id is not None
+        lease = self._client.get_lease(request.lease_id)
+        pool = self._client.get_pool(lease.pool)
+        try:
+            fragments: list[dict[str, Any]] = self._backend.realize(lease, pool).native["pods"]
+        except BackendError as exc:
+            self._client.release(lease.id)
+            self._client.cancel_request(request.id)
+            return self._reject(obj, str(exc))
+        original = self._original_template(obj)
+        placed = _place(original, fragments)
+        hosts = ", ".join(lease.placement.hosts) or "any node of the pool"
+        notes = {
+            names.LEASE_ID: lease.id,
+            names.STATE: State.ADMITTED,
+            names.REASON: f"granted lease {lease.id} on {hosts}",
+            names.ATTEMPT: str(lease.attempt),
+            names.ORIGINAL_SCHEDULING: json.dumps(_scheduling(original), sort_keys=True),
+            names.PREEMPT_DEADLINE: None,
+            names.PREEMPT_REASON: None,
+        }
+        obj = self.kind.admit(obj, placed, notes, {names.LEASE_ID: lease.id})  # type: ignore[arg-type]
+        self._heartbeat(lease.id)
+        self._event(obj, "Admitted", f"respools lease {lease.id} granted in pool {lease.pool} on {hosts}")
+        return obj
+
+    # -- preemption and requeue --------------------------------------------------------------------
+
+    def _preempt(self, obj: Obj, lease: Lease) -> Obj:
+        deadline = lease.preempt_deadline or datetime.now(UTC)
+        reason = lease.preempt_reason.value if lease.preempt_reason else "preempted"
+        if annotations(obj).get(names.STATE) != State.PREEMPTING:
+            message = f"lease {lease.id} preempted ({reason}); its pods stop by {deadline.isoformat()}"
+            obj = self.kind.patch(
+                obj,
+                {
+                    "metadata": {
+                        "annotations": {
+                            names.STATE: State.PREEMPTING,
+                            names.REASON: message,
+                            names.PREEMPT_DEADLINE: deadline.isoformat(),
+                            names.PREEMPT_REASON: reason,
+                        }
+                    }
+                },
+            )
+            self._event(obj, "Preempted", message, warning=True)
+        if self.kind.can_hold_after_creation and not self.kind.held(obj):
+            obj = self.kind.hold(obj)  # a suspended Job is not failed, and makes no new pods
+        if self._stop_lease_pods(metadata(obj).get("namespace") or "", lease.id, deadline):
+            return obj  # the capacity stays held until the pods are gone
+        self._client.release(lease.id)
+        return self._after_preemption(obj, self._client.get_request(lease.request_id))
+
+    def _after_preemption(self, obj: Obj, request: Request) -> Obj:
+        if request.state == RequestState.PENDING:
+            return self._requeue(obj, request)
+        return self._set_status(obj, State.PREEMPTED, request.reason or "preempted", "Preempted", warning=True)
+
+    def _requeue(self, obj: Obj, request: Request) -> Obj:
+        if not self.kind.requeues(obj):
+            self._client.cancel_request(request.id)
+            message = f'preempted; not requeued (set {names.REQUEUE}: "true" to requeue a Pod)'
+            self._event(obj, "Preempted", message, warning=True)
+            return obj
+        requeued = self.kind.requeue(obj, self._original_template(obj))
+        if requeued is None:
+            return obj  # the old Pod still exists; the next pass creates it again
+        message = request.reason or f"requeued (attempt {request.attempt})"
+        requeued = self.kind.patch(
+            requeued,
+            {
+                "metadata": {
+                    "labels": {names.LEASE_ID: None},
+                    "annotations": {
+                        names.STATE: State.REQUEUED,
+                        names.REASON: message,
+                        names.ATTEMPT: str(request.attempt),
+                        names.LEASE_ID: None,
+                        names.PREEMPT_DEADLINE: None,
+                        names.PREEMPT_REASON: None,
+                    },
+                }
+            },
+        )
+        self._event(requeued, "Requeued", message)
+        return requeued
+
+    def _stop_lease_pods(self, namespace: str, lease_id: str, deadline: datetime | None) -> bool:
+        """Delete the lease's pods (with the grace left before ``deadline``; none without one); whether any
+        is still there."""
+        pods = self._core.list_namespaced_pod(namespace, label_selector=f"{names.LEASE_ID}={lease_id}").items
+        pods = [pod for pod in pods if (pod.metadata.labels or {}).get(names.LEASE_ID) == lease_id]
+        left = (deadline - datetime.now(UTC)).total_seconds() if deadline is not None else 0.0
+        for pod in pods:
+            uid = pod.metadata.uid or pod.metadata.name
+            if left > 0:
+                if pod.metadata.deletion_timestamp is not None:
+                    continue  # already told; it has its grace
+                grace = max(1, math.ceil(left))
+            elif uid in self._killed:
+                continue
+            else:
+                grace = 0
+                self._killed.add(uid)
+            try:
+                self._core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=grace)
+            except ApiException as exc:
+                if exc.status != _NOT_FOUND:
+                    raise
+        return bool(pods)
+
+    # -- ends --------------------------------------------------------------------------------------
+
+    def _finish(self, obj: Obj, request_id: str) -> Obj:
+        if annotations(obj).get(names.STATE) == State.FINISHED:
+            return obj
+        self._close(request_id)
+        return self._set_status(obj, State.FINISHED, "the workload finished; its lease is released", "Finished")
+
+    def _settle(self, request_id: str, obj: Obj) -> bool:
+        lease_id = annotations(obj).get(names.LEASE_ID)
+        namespace = metadata(obj).get("namespace") or ""
+        if lease_id:
+            lease = self._heartbeat(lease_id)
+            deadline = lease.preempt_deadline if lease is not None and lease.state == RequestState.PREEMPTING else None
+            if self._stop_lease_pods(namespace, lease_id, deadline):
+                return False
+        request = self._client.get_request(request_id)
+        preempted = annotations(obj).get(names.STATE) == State.PREEMPTING
+        if preempted and request.lease_id and request.state == RequestState.PREEMPTING:
+            self._client.release(request.lease_id)
+            request = self._client.get_request(request_id)
+        if preempted and request.state == RequestState.PENDING and self.kind.requeues(obj):
+            return self._requeue(obj, request) is not obj
+        self._close(request_id)
+        return True
+
+    def _close(self, request_id: str) -> None:
+        request = self._client.get_request(request_id)
+        if request.lease_id and request.state in LIVE_LEASE_STATES:
+            self._client.release(request.lease_id)
+        elif request.state not in TERMINAL_STATES:
+            self._client.cancel_request(request_id)
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _heartbeat(self, lease_id: str) -> Lease | None:
+        try:
+            return self._client.heartbeat(lease_id)
+        except ApiError as exc:
+            if exc.status == _NOT_FOUND:
+                return None
+            if exc.status in _CLIENT_ERRORS:  # an ended lease cannot be renewed
+                return self._client.get_lease(lease_id)
+            raise
+
+    def _hold(self, obj: Obj) -> Obj:
+        if self.kind.can_hold_after_creation and not self.kind.held(obj):
+            return self.kind.hold(obj)
+        return obj
+
+    def _reject(self, obj: Obj, message: str) -> Obj:
+        return self._set_status(obj, State.REJECTED, message, "Rejected", warning=True)
+
+    def _set_status(self, obj: Obj, state: str, reason: str, event: str, *, warning: bool = False) -> Obj:
+        """Write state and reason where they changed, with an Event (so a wait is explained once)."""
+        current = annotations(obj)
+        if current.get(names.STATE) == state and current.get(names.REASON) == reason:
+            return obj
+        obj = self.kind.patch(obj, {"metadata": {"annotations": {names.STATE: state, names.REASON: reason}}})
+        self._event(obj, event, reason, warning=warning)
+        return obj
+
+    def _event(self, obj: Obj, reason: str, message: str, *, warning: bool = False) -> None:
+        self._recorder.event(obj, self.kind.kind, self.kind.api_version, reason, message, warning=warning)
+
+    def _value(self, obj: Obj, key: str) -> str | None:
+        """An annotation or label of the workload (its pod template's too)."""
+        template_meta = self.kind.template(obj).get("metadata") or {}
+        for source in (annotations(obj), labels(obj), template_meta.get("annotations") or {}):
+            if source.get(key) is not None:
+                return str(source[key])
+        return None
+
+    def _label(self, obj: Obj, key: str) -> str | None:
+        """The workload's own label (or annotation), else its namespace's label."""
+        value = self._value(obj, key)
+        if value is not None:
+            return value
+        namespace = self._namespace_of(metadata(obj).get("namespace") or "")
+        found = labels(namespace).get(key) if namespace is not None else None
+        return str(found) if found is not None else None
+
+    def _max_retries(self, obj: Obj) -> int:
+        value = self._value(obj, names.MAX_RETRIES)
+        if value is not None:
+            return int(value)
+        return self._settings.default_max_retries if self.kind.requeues(obj) else 0
+
+    def _original_template(self, obj: Obj) -> Obj:
+        """The pod template as its author wrote it, before any admission placed it."""
+        template = copy.deepcopy(self.kind.template(obj))
+        stored = annotations(obj).get(names.ORIGINAL_SCHEDULING)
+        spec = template.setdefault("spec", {})
+        if stored is not None:
+            original = json.loads(stored)
+            for field in _SCHEDULING_FIELDS:
+                spec[field] = original.get(field)
+        meta = template.setdefault("metadata", {})
+        meta["labels"] = {k: v for k, v in (meta.get("labels") or {}).items() if k != names.LEASE_ID} or None
+        return template
+
+
+def _place(template: Obj, fragments: list[dict[str, Any]]) -> Obj:
+    """The template with the lease's placement merged in; a gang's hosts become one node affinity term."""
+    fragment = copy.deepcopy(fragments[0])
+    hosts = sorted({value for f in fragments for value in _host_values(f)})
+    for term in _terms(fragment):
+        for expression in term.get("matchExpressions") or []:
+            if expression.get("key") == HOSTNAME_LABEL:
+                expression["values"] = hosts
+    pod = from_api_json({"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}, "V1Pod")
+    placed: Obj = to_api_json(apply_placement(pod, fragment))
+    return placed
+
+
+def _terms(fragment: dict[str, Any]) -> list[dict[str, Any]]:
+    affinity = (fragment.get("spec") or {}).get("affinity") or {}
+    required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms: list[dict[str, Any]] = required.get("nodeSelectorTerms") or []
+    return terms
+
+
+def _host_values(fragment: dict[str, Any]) -> list[str]:
+    return [
+        value
+        for term in _terms(fragment)
+        for expression in term.get("matchExpressions") or []
+        if expression.get("key") == HOSTNAME_LABEL
+        for value in expression.get("values") or []
+    ]
+
+
+def _scheduling(template: Obj) -> dict[str, Any]:
+    spec = template.get("spec") or {}
+    return {field: spec.get(field) for field in _SCHEDULING_FIELDS}
+
+
+def _waiting(request: Request) -> str:
+    """Without the queue position, which moves all the time: the annotation and Event change only when
+    the reason does."""
+    why = request.wait_reason.value if request.wait_reason else "queued"
+    detail = f": {request.reason}" if request.reason else ""
+    return f"waiting for a respools lease ({why}){detail}"
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+    return str(exc)
+
+
+def _name(obj: Obj) -> str:
+    meta = metadata(obj)
+    return f"{meta.get('namespace')}/{meta.get('name')}"

@@ -1,0 +1,453 @@
+"""The controller end to end: the official ``kubernetes`` client over HTTP against kmock's API emulator
+(lists and watches), and a real respools service in a subprocess. The tests play the cluster's own
+controllers where a workload needs them (the Job controller's pods, a kubelet's finalizer)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from respools_kubernetes.controller import Controller, ControllerSettings
+from respools_kubernetes.controller import names
+
+from respools import Client
+from respools.model import RequestSpec, RequestState
+from respools.server.process import ServerProcess
+
+ADMIN_TOKEN = "rpt_admin_" + "k" * 32
+NODES, PODS, JOBS = "v1/nodes", "v1/pods", "batch/v1/jobs"
+MERGE = "application/merge-patch+json"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with tempfile.TemporaryDirectory(prefix="respools-k8s-") as tmp:
+        process = ServerProcess(f"sqlite:///{tmp}/respools.db", ADMIN_TOKEN, Path(tmp) / "server.log")
+        process.start()
+        try:
+            yield process
+        finally:
+            process.stop()
+
+
+@pytest.fixture
+def admin(server: ServerProcess) -> Iterator[Client]:
+    with Client(server.url, ADMIN_TOKEN) as client:
+        yield client
+
+
+@pytest.fixture
+def pool(admin: Client) -> str:
+    """A fresh kubernetes pool whose nodes carry ``respools.io/pool=<name>``, and subject ``team-<name>``
+    borrowing the whole pool (the controller asks for preemptible leases)."""
+    name = f"k8s-{uuid.uuid4().hex[:8]}"
+    settings = {"node_selector": {"respools.io/pool": name}}
+    admin.put(
+        f"/v1/pools/{name}", {"name": name, "stack": "kubernetes", "settings": settings, "preemption_grace_s": 30}
+    )
+    admin.put(f"/v1/subjects/team-{name}", {"name": f"team-{name}"})
+    admin.post("/v1/policies", {"subject": f"team-{name}", "pool": name, "priority": 10})
+    return name
+
+
+@pytest.fixture
+def core(watched_apiserver: kmock.KubernetesEmulator) -> CoreV1Api:
+    return CoreV1Api(ApiClient(Configuration(host=str(watched_apiserver.url).rstrip("/"))))
+
+
+ControllerFactory = Callable[..., Controller]
+
+
+@pytest.fixture
+def controller(watched_apiserver: kmock.KubernetesEmulator, server: ServerProcess) -> Iterator[ControllerFactory]:
+    started: list[Controller] = []
+
+    def start(identity: str = "replica-a") -> Controller:
+        settings = ControllerSettings(
+            identity=identity, resync_s=0.2, watch_timeout_s=2, lease_duration_s=2.0, host_ttl_s=60
+        )
+        api = ApiClient(Configuration(host=str(watched_apiserver.url).rstrip("/")))
+        made = Controller(api, Client(server.url, ADMIN_TOKEN), settings).start()
+        started.append(made)
+        return made
+
+    yield start
+    for made in started:
+        made.stop()
+
+
+def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
+    """Poll ``check`` until it returns something truthy; its last answer in the failure message."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+        except (KeyError, AssertionError, TypeError) as exc:
+            last = exc
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"not reached within {timeout} s; last: {last!r}")
+
+
+def node(name: str, pool: str, gpus: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "respools.io/pool": pool,
+                "kubernetes.io/hostname": name,
+                "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                "nvidia.com/gpu.memory": "81559",
+            },
+        },
+        "spec": spec,
+        "status": {
+            "allocatable": {"cpu": "96", "nvidia.com/gpu": str(gpus)},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def container(resources: dict[str, str]) -> dict[str, Any]:
+    return {"name": "main", "image": "python:3.11", "resources": {"limits": resources}}
+
+
+def workload_labels(pool: str) -> dict[str, str]:
+    return {"respools.io/pool": pool, "respools.io/subject": f"team-{pool}"}
+
+
+def job(name: str, uid: str, resources: dict[str, str], *, pool: str, **spec: Any) -> dict[str, Any]:
+    template = {
+        "metadata": {"labels": {"app": name}},
+        "spec": {"restartPolicy": "Never", "containers": [container(resources)]},
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": workload_labels(pool)},
+        "spec": {"template": template, **spec},
+    }
+
+
+def gated_pod(name: str, uid: str, resources: dict[str, str], *, pool: str, **annotations: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": uid,
+            "annotations": annotations,
+            "labels": workload_labels(pool),
+        },
+        "spec": {"schedulingGates": [{"name": "respools.io/admission"}], "containers": [container(resources)]},
+    }
+
+
+def obj(
+    watched_apiserver: kmock.KubernetesEmulator, resource: str, name: str, namespace: str | None = "ml"
+) -> dict[str, Any]:
+    found = watched_apiserver.objects[resource, namespace, name]
+    assert not found.deleted
+    raw: dict[str, Any] = found.raw
+    return raw
+
+
+def in_state(server: kmock.KubernetesEmulator, resource: str, name: str, state: str) -> dict[str, Any] | None:
+    found = obj(server, resource, name)
+    return found if notes(found).get(names.STATE) == state else None
+
+
+def notes(raw: dict[str, Any]) -> dict[str, str]:
+    value: dict[str, str] = raw["metadata"].get("annotations") or {}
+    return value
+
+
+def hostname_values(template_spec: dict[str, Any]) -> list[str]:
+    terms = template_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    return [
+        v for t in terms for e in t["matchExpressions"] if e["key"] == "kubernetes.io/hostname" for v in e["values"]
+    ]
+
+
+def requests_of(admin: Client, uid: str) -> list[Any]:
+    return admin.list_requests(label=f"{names.WORKLOAD_UID}={uid}")
+
+
+def event_reasons(watched_apiserver: kmock.KubernetesEmulator, name: str) -> list[str]:
+    wanted = kmock.resource("v1/events")
+    return [
+        o.raw["reason"]
+        for (kind, _, _), o in watched_apiserver.objects.items()
+        if kind == wanted and o.raw["involvedObject"]["name"] == name
+    ]
+
+
+def job_pod(watched_apiserver: kmock.KubernetesEmulator, job_raw: dict[str, Any], index: int) -> str:
+    """What the Job controller does once a Job runs: a pod from its template, owned by the Job."""
+    template = job_raw["spec"]["template"]
+    name = f"{job_raw['metadata']['name']}-{index}"
+    watched_apiserver.objects[PODS, "ml", name] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **template["metadata"],
+            "name": name,
+            "namespace": "ml",
+            "uid": f"{name}-uid",
+            "finalizers": ["example.com/kubelet-stopping"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": job_raw["metadata"]["name"],
+                    "uid": "x",
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": template["spec"],
+    }
+    return name
+
+
+def test_nodes_become_the_pools_inventory_and_cordoned_or_not_ready_nodes_leave_it(
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    core: CoreV1Api,
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 8)
+    watched_apiserver.objects[NODES, None, "gpu-b"] = node("gpu-b", pool, 4)
+    watched_apiserver.objects[NODES, None, "elsewhere"] = node("elsewhere", "other-pool", 8)
+    controller()
+
+    def hosts() -> dict[str, int]:
+        return {entry["host"]["name"]: len(entry["host"]["gpus"]) for entry in admin.get(f"/v1/pools/{pool}/hosts")}
+
+    eventually(lambda: hosts() == {"gpu-a": 8, "gpu-b": 4})
+    assert admin.get(f"/v1/pools/{pool}/status")["capacity"]["gpu"] == 12
+
+    core.patch_node("gpu-b", {"spec": {"unschedulable": True}}, _content_type=MERGE)
+    eventually(lambda: hosts() == {"gpu-a": 8})
+    core.patch_node("gpu-b", {"spec": {"unschedulable": False}}, _content_type=MERGE)
+    eventually(lambda: hosts() == {"gpu-a": 8, "gpu-b": 4})
+    core.patch_node("gpu-a", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, _content_type=MERGE)
+    eventually(lambda: hosts() == {"gpu-b": 4})
+
+
+def test_a_job_is_suspended_queued_then_admitted_on_the_granted_node(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 8)
+    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-train", {"nvidia.com/gpu": "2"}, pool=pool)
+    controller()
+
+    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
+
+    (request,) = requests_of(admin, "uid-train")
+    assert request.resources["gpu"] == 2000 and request.subject == f"team-{pool}" and request.pools == [pool]
+    lease_id = request.lease_id
+    assert notes(admitted)[names.LEASE_ID] == lease_id
+    assert admitted["metadata"]["labels"][names.LEASE_ID] == lease_id
+    assert admitted["spec"]["suspend"] is False
+    template = admitted["spec"]["template"]
+    assert template["metadata"]["labels"][names.LEASE_ID] == lease_id
+    assert hostname_values(template["spec"]) == ["gpu-a"]
+    assert (
+        template["spec"]["containers"]
+        == job("train", "u", {"nvidia.com/gpu": "2"}, pool=pool)["spec"]["template"]["spec"]["containers"]
+    )
+    # It was held first: the controller suspended the Job before asking for the lease.
+    patches = [r.data for r in watched_apiserver if r.method == "PATCH" and r.name == "train"]
+    assert patches[0] == {"spec": {"suspend": True}}
+    assert "Admitted" in event_reasons(watched_apiserver, "train")
+    assert admin.get_lease(lease_id).state in (RequestState.ACTIVE, RequestState.GRANTED)
+
+
+def test_an_indexed_job_is_one_gang_over_several_nodes(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 4)
+    watched_apiserver.objects[NODES, None, "gpu-b"] = node("gpu-b", pool, 4)
+    indexed = job(
+        "ddp", "uid-ddp", {"nvidia.com/gpu": "4"}, suspend=True, completionMode="Indexed", completions=2, parallelism=2
+    )
+    watched_apiserver.objects[JOBS, "ml", "ddp"] = indexed
+    controller()
+
+    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "ddp", "admitted"))
+
+    (request,) = requests_of(admin, "uid-ddp")
+    assert request.replicas == 2 and request.resources["gpu"] == 4000
+    assert sorted(hostname_values(admitted["spec"]["template"]["spec"])) == ["gpu-a", "gpu-b"]
+
+
+def test_a_gated_pod_waits_then_its_gate_is_lifted_on_grant(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    blocker = admin.submit(
+        RequestSpec(subject=f"team-{pool}", resources={"gpu": 2}, pools=[pool], preemptible=True), wait=5
+    )
+    watched_apiserver.objects[PODS, "ml", "notebook"] = gated_pod(
+        "notebook", "uid-nb", {"nvidia.com/gpu": "1"}, pool=pool
+    )
+    controller()
+
+    waiting = eventually(lambda: in_state(watched_apiserver, PODS, "notebook", "waiting"))
+    assert "no_capacity" in notes(waiting)[names.REASON] or "waiting" in notes(waiting)[names.REASON]
+    assert waiting["spec"]["schedulingGates"] == [{"name": "respools.io/admission"}]
+    assert "Waiting" in event_reasons(watched_apiserver, "notebook")
+
+    assert blocker.lease_id is not None
+    admin.release(blocker.lease_id)
+    admitted = eventually(lambda: in_state(watched_apiserver, PODS, "notebook", "admitted"))
+    assert not admitted["spec"].get("schedulingGates")
+    assert hostname_values(admitted["spec"]) == ["gpu-a"]
+
+
+def test_bad_input_is_rejected_with_the_reason_once_not_retried(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 8)
+    watched_apiserver.objects[JOBS, "ml", "mig"] = job("mig", "uid-mig", {"nvidia.com/mig-3g.40gb": "1"}, pool=pool)
+    watched_apiserver.objects[JOBS, "ml", "huge"] = job("huge", "uid-huge", {"nvidia.com/gpu": "16"}, pool=pool)
+    made = controller()
+
+    for name in ("mig", "huge"):
+        rejected = eventually(lambda n=name: in_state(watched_apiserver, JOBS, n, "rejected"))
+        assert rejected["spec"]["suspend"] is True
+        assert notes(rejected)[names.REASON]
+        assert "Rejected" in event_reasons(watched_apiserver, name)
+    assert "mig.3g.40gb" in notes(obj(watched_apiserver, JOBS, "mig"))[names.REASON]
+    passes = made.passes
+    eventually(lambda: made.passes >= passes + 3)
+    assert len(requests_of(admin, "uid-mig")) == 1 and len(requests_of(admin, "uid-huge")) == 1
+    assert event_reasons(watched_apiserver, "mig").count("Rejected") == 1
+
+
+def test_preemption_warns_deletes_with_the_grace_left_holds_capacity_until_pods_go_then_requeues(
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    core: CoreV1Api,
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-pre", {"nvidia.com/gpu": "2"}, pool=pool)
+    controller()
+    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
+    first_lease = notes(admitted)[names.LEASE_ID]
+    pod = job_pod(watched_apiserver, admitted, 0)
+
+    admin.preempt_lease(first_lease, message="make room", grace_s=30)
+    noticed = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "preempting"))
+    assert notes(noticed)[names.PREEMPT_DEADLINE] and notes(noticed)[names.PREEMPT_REASON]
+    assert noticed["spec"]["suspend"] is True  # suspended, not failed
+    deletion = eventually(lambda: [r for r in watched_apiserver if r.method == "DELETE" and r.name == pod])
+    assert 25 <= int(deletion[0].params["gracePeriodSeconds"]) <= 30
+    assert "Preempted" in event_reasons(watched_apiserver, "train")
+
+    # The pod is still terminating (its finalizer): the capacity stays with the preempted lease.
+    waiter = admin.submit(
+        RequestSpec(subject=f"team-{pool}", resources={"gpu": 2}, pools=[pool], preemptible=True), wait=1
+    )
+    time.sleep(1.0)
+    assert admin.get_lease(first_lease).state == RequestState.PREEMPTING
+    assert admin.get_request(waiter.id).state == RequestState.PENDING
+    admin.cancel_request(waiter.id)
+
+    core.patch_namespaced_pod(pod, "ml", {"metadata": {"finalizers": []}}, _content_type=MERGE)
+    readmitted = eventually(
+        lambda: (
+            (j := in_state(watched_apiserver, JOBS, "train", "admitted"))
+            and notes(j).get(names.LEASE_ID) != first_lease
+            and j
+        )
+    )
+    assert notes(readmitted)[names.ATTEMPT] == "1"
+    assert admin.get_lease(first_lease).state == RequestState.PREEMPTED
+    (request,) = requests_of(admin, "uid-pre")
+    assert request.attempt == 1
+    assert "Requeued" in event_reasons(watched_apiserver, "train")
+    assert hostname_values(readmitted["spec"]["template"]["spec"]) == ["gpu-a"]  # placed afresh, not ANDed
+
+
+def test_a_restarted_controller_grants_nothing_twice_and_loses_no_workload(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    blocker = admin.submit(
+        RequestSpec(subject=f"team-{pool}", resources={"gpu": 2}, pools=[pool], preemptible=True), wait=5
+    )
+    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-restart", {"nvidia.com/gpu": "2"}, pool=pool)
+    first = controller("replica-a")
+    eventually(lambda: notes(obj(watched_apiserver, JOBS, "train")).get(names.STATE) == "waiting")
+    first.stop()
+
+    assert blocker.lease_id is not None
+    admin.release(blocker.lease_id)
+    second = controller("replica-b")
+    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
+    lease_id = notes(admitted)[names.LEASE_ID]
+    second.stop()
+    third = controller("replica-c")
+    passes = third.passes
+    eventually(lambda: third.passes >= passes + 3)
+
+    (request,) = requests_of(admin, "uid-restart")
+    assert request.lease_id == lease_id and request.state in (RequestState.ACTIVE, RequestState.GRANTED)
+    assert notes(obj(watched_apiserver, JOBS, "train"))[names.LEASE_ID] == lease_id
+    assert len(admin.list_leases(pool=pool, live=True)) == 1
+
+
+def test_only_the_leader_acts_and_another_replica_takes_over(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    a, b = controller("replica-a"), controller("replica-b")
+    eventually(lambda: a.elector.leading or b.elector.leading)
+    time.sleep(1.0)
+    assert a.elector.leading != b.elector.leading
+    leader, follower = (a, b) if a.elector.leading else (b, a)
+    leader.stop()
+    eventually(lambda: follower.elector.leading)
+    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-leader", {"nvidia.com/gpu": "1"}, pool=pool)
+    eventually(lambda: notes(obj(watched_apiserver, JOBS, "train")).get(names.STATE) == "admitted")
+
+
+def test_a_watch_answered_410_gone_relists_and_goes_on(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    gone = {
+        "type": "ERROR",
+        "object": {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Failure",
+            "code": 410,
+            "reason": "Expired",
+            "message": "too old resource version",
+        },
+    }
+    watched_apiserver[kmock.action.WATCH, kmock.resource(PODS)][:1] << gone
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    made = controller()
+    eventually(lambda: made.workloads["Pod"].relists >= 1)
+    watched_apiserver.objects[PODS, "ml", "late"] = gated_pod("late", "uid-late", {"nvidia.com/gpu": "1"}, pool=pool)
+    eventually(lambda: notes(obj(watched_apiserver, PODS, "late")).get(names.STATE) == "admitted")
