@@ -240,7 +240,7 @@ class Admission:
         return self._after_preemption(obj, self._client.get_request(lease.request_id))
 
     def _after_preemption(self, obj: Obj, request: Request) -> Obj:
-        if request.state == RequestState.PENDING:
+        if request.state not in TERMINAL_STATES:  # requeued (and perhaps granted again already)
             return self._requeue(obj, request)
         return self._set_status(obj, State.PREEMPTED, request.reason or "preempted", "Preempted", warning=True)
 
@@ -400,33 +400,23 @@ class Admission:
 
 
 def _place(template: Obj, fragments: list[dict[str, Any]]) -> Obj:
-    """The template with the lease's placement merged in; a gang's hosts become one node affinity term."""
+    """The template with the lease's placement merged in. Each fragment pins its pod to one node by
+    ``nodeSelector``; a Job's pods share one template, so the granted nodes become one node-affinity
+    expression (hostname In [...]) that every pod of the gang satisfies."""
     fragment = copy.deepcopy(fragments[0])
-    hosts = sorted({value for f in fragments for value in _host_values(f)})
-    for term in _terms(fragment):
-        for expression in term.get("matchExpressions") or []:
-            if expression.get("key") == HOSTNAME_LABEL:
-                expression["values"] = hosts
+    hosts = sorted({f.get("spec", {}).get("nodeSelector", {}).get(HOSTNAME_LABEL) for f in fragments} - {None})
+    spec = fragment.setdefault("spec", {})
+    spec.get("nodeSelector", {}).pop(HOSTNAME_LABEL, None)
+    if hosts:
+        expression = {"key": HOSTNAME_LABEL, "operator": "In", "values": hosts}
+        affinity = spec.setdefault("affinity", {}).setdefault("nodeAffinity", {})
+        required = affinity.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+        terms = required.setdefault("nodeSelectorTerms", [{}])
+        for term in terms:
+            term["matchExpressions"] = [*(term.get("matchExpressions") or []), expression]
     pod = from_api_json({"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}, "V1Pod")
     placed: Obj = to_api_json(apply_placement(pod, fragment))
     return placed
-
-
-def _terms(fragment: dict[str, Any]) -> list[dict[str, Any]]:
-    affinity = (fragment.get("spec") or {}).get("affinity") or {}
-    required = (affinity.get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms: list[dict[str, Any]] = required.get("nodeSelectorTerms") or []
-    return terms
-
-
-def _host_values(fragment: dict[str, Any]) -> list[str]:
-    return [
-        value
-        for term in _terms(fragment)
-        for expression in term.get("matchExpressions") or []
-        if expression.get("key") == HOSTNAME_LABEL
-        for value in expression.get("values") or []
-    ]
 
 
 def _scheduling(template: Obj) -> dict[str, Any]:

@@ -148,7 +148,7 @@ class Controller:
                 next_pass = time.monotonic() + self.settings.resync_s
                 self._guard("full pass", self._full_pass)
                 continue
-            if item is None or item == _WAKE or not self.elector.leading or not self._synced():
+            if item is None or item == _WAKE or not self.elector.leading or not self.passes:
                 continue
             self._guard(f"{item[0]} {item[1]}", self._act, *item)
 
