@@ -47,7 +47,7 @@ def _serve(*, selecting: bool) -> Iterator[kmock.KubernetesEmulator]:
         stopping = asyncio.Event()
         async with kmock.KubernetesEmulator() as handler, kmock.Server(handler):
             for resource in (*LISTED_RESOURCES, *OTHER_RESOURCES):
-                handler.resources[resource] = {}
+                handler.resources[resource] = kmock.ResourceInfo()
             for resource in LISTED_RESOURCES if selecting else ():
                 handler[kmock.action.LIST, kmock.resource(resource)] << _selecting_list(handler, resource)
             started.set_result((handler, stopping))

@@ -345,7 +345,11 @@ def test_bad_input_is_rejected_with_the_reason_once_not_retried(
     made = controller()
 
     for name in ("mig", "huge"):
-        rejected = eventually(lambda n=name: in_state(watched_apiserver, JOBS, n, "rejected"))
+
+        def is_rejected(n: str = name) -> dict[str, Any] | None:
+            return in_state(watched_apiserver, JOBS, n, "rejected")
+
+        rejected = eventually(is_rejected)
         assert rejected["spec"]["suspend"] is True
         assert notes(rejected)[names.REASON]
         assert "Rejected" in event_reasons(watched_apiserver, name)

@@ -31,7 +31,7 @@ from respools_kubernetes.controller.demand import BadDemand, template_resources
 from respools_kubernetes.controller.names import State
 from respools_kubernetes.controller.recorder import Recorder
 from respools_kubernetes.controller.settings import ControllerSettings
-from respools_kubernetes.controller.workloads.base import Obj, WorkloadKind, annotations, labels, metadata
+from respools_kubernetes.controller.workloads.base import Obj, WorkloadKind, annotations_of, labels_of, metadata_of
 from respools_kubernetes.labels import HOSTNAME_LABEL
 from respools_kubernetes.pods import apply_placement
 
@@ -71,15 +71,15 @@ class Admission:
 
     def reconcile(self, obj: Obj) -> Obj:
         """Move one workload on; the object as it now is."""
-        if self.kind.ignored(obj) or metadata(obj).get("deletionTimestamp"):
+        if self.kind.ignored(obj) or metadata_of(obj).get("deletionTimestamp"):
             return obj
-        request_id = annotations(obj).get(names.REQUEST_ID)
+        request_id = annotations_of(obj).get(names.REQUEST_ID)
         if request_id is None:
             pool = self._label(obj, names.POOL)
             if (
                 pool is None
                 or self.kind.finished(obj)
-                or annotations(obj).get(names.STATE)
+                or annotations_of(obj).get(names.STATE)
                 in (
                     State.REJECTED,
                     State.UNGATED,
@@ -93,8 +93,8 @@ class Admission:
 
     def deleted(self, obj: Obj) -> None:
         """The workload is gone from the cluster: its request ends once its pods have gone too."""
-        request_id = annotations(obj).get(names.REQUEST_ID)
-        if request_id is not None and annotations(obj).get(names.STATE) not in (State.FINISHED,):
+        request_id = annotations_of(obj).get(names.REQUEST_ID)
+        if request_id is not None and annotations_of(obj).get(names.STATE) not in (State.FINISHED,):
             self._gone[request_id] = obj
 
     def settle_deleted(self) -> None:
@@ -126,7 +126,7 @@ class Admission:
                 )
                 return self._set_status(obj, State.UNGATED, message, "NotGated", warning=True)
             obj = self.kind.hold(obj)
-        uid = metadata(obj).get("uid") or ""
+        uid = metadata_of(obj).get("uid") or ""
         try:
             spec = RequestSpec(
                 subject=self._label(obj, names.SUBJECT),
@@ -141,8 +141,8 @@ class Admission:
                     names.MANAGED_BY: names.MANAGED_BY_VALUE,
                     names.WORKLOAD_UID: uid,
                     "k8s-kind": self.kind.kind,
-                    "k8s-namespace": metadata(obj).get("namespace") or "",
-                    "k8s-name": metadata(obj).get("name") or "",
+                    "k8s-namespace": metadata_of(obj).get("namespace") or "",
+                    "k8s-name": metadata_of(obj).get("name") or "",
                 },
             )
         except (ValidationError, ValueError) as exc:
@@ -159,15 +159,15 @@ class Admission:
     # -- follow ------------------------------------------------------------------------------------
 
     def _follow(self, obj: Obj, request_id: str, request: Request | None = None) -> Obj:
-        applied = annotations(obj).get(names.LEASE_ID)
-        if applied and annotations(obj).get(names.STATE) in (State.ADMITTED, State.PREEMPTING):
+        applied = annotations_of(obj).get(names.LEASE_ID)
+        if applied and annotations_of(obj).get(names.STATE) in (State.ADMITTED, State.PREEMPTING):
             lease = self._heartbeat(applied)
             if lease is not None and lease.state == RequestState.PREEMPTING:
                 return self._preempt(obj, lease)
             if lease is not None and lease.state in LIVE_LEASE_STATES:
                 return obj
             # The lease ended without us (expired, or revoked at its deadline): its pods must go first.
-            if self._stop_lease_pods(metadata(obj).get("namespace") or "", applied, deadline=None):
+            if self._stop_lease_pods(metadata_of(obj).get("namespace") or "", applied, deadline=None):
                 return obj
         request = request or self._client.get_request(request_id)
         if request.state == RequestState.PENDING:
@@ -216,7 +216,7 @@ class Admission:
     def _preempt(self, obj: Obj, lease: Lease) -> Obj:
         deadline = lease.preempt_deadline or datetime.now(UTC)
         reason = lease.preempt_reason.value if lease.preempt_reason else "preempted"
-        if annotations(obj).get(names.STATE) != State.PREEMPTING:
+        if annotations_of(obj).get(names.STATE) != State.PREEMPTING:
             message = f"lease {lease.id} preempted ({reason}); its pods stop by {deadline.isoformat()}"
             obj = self.kind.patch(
                 obj,
@@ -234,7 +234,7 @@ class Admission:
             self._event(obj, "Preempted", message, warning=True)
         if self.kind.can_hold_after_creation and not self.kind.held(obj):
             obj = self.kind.hold(obj)  # a suspended Job is not failed, and makes no new pods
-        if self._stop_lease_pods(metadata(obj).get("namespace") or "", lease.id, deadline):
+        if self._stop_lease_pods(metadata_of(obj).get("namespace") or "", lease.id, deadline):
             return obj  # the capacity stays held until the pods are gone
         self._client.release(lease.id)
         return self._after_preemption(obj, self._client.get_request(lease.request_id))
@@ -300,21 +300,21 @@ class Admission:
     # -- ends --------------------------------------------------------------------------------------
 
     def _finish(self, obj: Obj, request_id: str) -> Obj:
-        if annotations(obj).get(names.STATE) == State.FINISHED:
+        if annotations_of(obj).get(names.STATE) == State.FINISHED:
             return obj
         self._close(request_id)
         return self._set_status(obj, State.FINISHED, "the workload finished; its lease is released", "Finished")
 
     def _settle(self, request_id: str, obj: Obj) -> bool:
-        lease_id = annotations(obj).get(names.LEASE_ID)
-        namespace = metadata(obj).get("namespace") or ""
+        lease_id = annotations_of(obj).get(names.LEASE_ID)
+        namespace = metadata_of(obj).get("namespace") or ""
         if lease_id:
             lease = self._heartbeat(lease_id)
             deadline = lease.preempt_deadline if lease is not None and lease.state == RequestState.PREEMPTING else None
             if self._stop_lease_pods(namespace, lease_id, deadline):
                 return False
         request = self._client.get_request(request_id)
-        preempted = annotations(obj).get(names.STATE) == State.PREEMPTING
+        preempted = annotations_of(obj).get(names.STATE) == State.PREEMPTING
         if preempted and request.lease_id and request.state == RequestState.PREEMPTING:
             self._client.release(request.lease_id)
             request = self._client.get_request(request_id)
@@ -352,7 +352,7 @@ class Admission:
 
     def _set_status(self, obj: Obj, state: str, reason: str, event: str, *, warning: bool = False) -> Obj:
         """Write state and reason where they changed, with an Event (so a wait is explained once)."""
-        current = annotations(obj)
+        current = annotations_of(obj)
         if current.get(names.STATE) == state and current.get(names.REASON) == reason:
             return obj
         obj = self.kind.patch(obj, {"metadata": {"annotations": {names.STATE: state, names.REASON: reason}}})
@@ -365,7 +365,7 @@ class Admission:
     def _value(self, obj: Obj, key: str) -> str | None:
         """An annotation or label of the workload (its pod template's too)."""
         template_meta = self.kind.template(obj).get("metadata") or {}
-        for source in (annotations(obj), labels(obj), template_meta.get("annotations") or {}):
+        for source in (annotations_of(obj), labels_of(obj), template_meta.get("annotations") or {}):
             if source.get(key) is not None:
                 return str(source[key])
         return None
@@ -375,8 +375,8 @@ class Admission:
         value = self._value(obj, key)
         if value is not None:
             return value
-        namespace = self._namespace_of(metadata(obj).get("namespace") or "")
-        found = labels(namespace).get(key) if namespace is not None else None
+        namespace = self._namespace_of(metadata_of(obj).get("namespace") or "")
+        found = labels_of(namespace).get(key) if namespace is not None else None
         return str(found) if found is not None else None
 
     def _max_retries(self, obj: Obj) -> int:
@@ -388,7 +388,7 @@ class Admission:
     def _original_template(self, obj: Obj) -> Obj:
         """The pod template as its author wrote it, before any admission placed it."""
         template = copy.deepcopy(self.kind.template(obj))
-        stored = annotations(obj).get(names.ORIGINAL_SCHEDULING)
+        stored = annotations_of(obj).get(names.ORIGINAL_SCHEDULING)
         spec = template.setdefault("spec", {})
         if stored is not None:
             original = json.loads(stored)
@@ -440,5 +440,5 @@ def _first_error(exc: Exception) -> str:
 
 
 def _name(obj: Obj) -> str:
-    meta = metadata(obj)
+    meta = metadata_of(obj)
     return f"{meta.get('namespace')}/{meta.get('name')}"

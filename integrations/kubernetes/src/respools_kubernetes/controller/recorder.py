@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from kubernetes.client import CoreV1Api, CoreV1Event, V1EventSource, V1ObjectMeta, V1ObjectReference
 from kubernetes.client.exceptions import ApiException
 
-from respools_kubernetes.controller.workloads.base import Obj, metadata
+from respools_kubernetes.controller.workloads.base import Obj, metadata_of
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ class Recorder:
 
     def event(self, obj: Obj, kind: str, api_version: str, reason: str, message: str, *, warning: bool = False) -> None:
         """Record one Event; a failure is logged, never raised (an Event is a courtesy, not state)."""
-        meta = metadata(obj)
+        meta = metadata_of(obj)
         now = datetime.now(UTC)
         body = CoreV1Event(
             metadata=V1ObjectMeta(name=f"{meta.get('name')}.{uuid.uuid4().hex[:16]}", namespace=meta.get("namespace")),

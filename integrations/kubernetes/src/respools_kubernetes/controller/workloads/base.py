@@ -73,16 +73,16 @@ class WorkloadKind(abc.ABC):
         (None when the workload could not be brought back)."""
 
 
-def metadata(obj: Mapping[str, Any]) -> dict[str, Any]:
+def metadata_of(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta: dict[str, Any] = obj.get("metadata") or {}
     return meta
 
 
-def annotations(obj: Mapping[str, Any]) -> dict[str, str]:
-    value: dict[str, str] = metadata(obj).get("annotations") or {}
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    value: dict[str, str] = metadata_of(obj).get("annotations") or {}
     return value
 
 
-def labels(obj: Mapping[str, Any]) -> dict[str, str]:
-    value: dict[str, str] = metadata(obj).get("labels") or {}
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    value: dict[str, str] = metadata_of(obj).get("labels") or {}
     return value

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from kubernetes.client import BatchV1Api
 
-from respools_kubernetes.controller.workloads.base import MERGE_PATCH, Obj, WorkloadKind, metadata
+from respools_kubernetes.controller.workloads.base import MERGE_PATCH, Obj, WorkloadKind, metadata_of
 
 _DONE_CONDITIONS = {"Complete", "Failed"}
 
@@ -28,7 +28,8 @@ class JobKind(WorkloadKind):
         return BatchV1Api(self.api_client)
 
     def list_call(self) -> Callable[..., Any]:
-        return self._api.list_job_for_all_namespaces
+        call: Callable[..., Any] = self._api.list_job_for_all_namespaces
+        return call
 
     def template(self, obj: Obj) -> Obj:
         template: Obj = (obj.get("spec") or {}).get("template") or {}
@@ -60,7 +61,7 @@ class JobKind(WorkloadKind):
         return any(c.get("type") in _DONE_CONDITIONS and c.get("status") == "True" for c in conditions)
 
     def patch(self, obj: Obj, body: Obj) -> Obj:
-        meta = metadata(obj)
+        meta = metadata_of(obj)
         response = self._api.patch_namespaced_job(
             meta["name"], meta["namespace"], body, _content_type=MERGE_PATCH, _preload_content=False
         )

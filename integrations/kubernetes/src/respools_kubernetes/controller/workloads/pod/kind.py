@@ -16,7 +16,14 @@ from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
 
 from respools_kubernetes.controller import names
-from respools_kubernetes.controller.workloads.base import MERGE_PATCH, Obj, WorkloadKind, annotations, labels, metadata
+from respools_kubernetes.controller.workloads.base import (
+    MERGE_PATCH,
+    Obj,
+    WorkloadKind,
+    annotations_of,
+    labels_of,
+    metadata_of,
+)
 
 _DONE_PHASES = {"Succeeded", "Failed"}
 _CONFLICT = 409
@@ -33,13 +40,14 @@ class PodKind(WorkloadKind):
         return CoreV1Api(self.api_client)
 
     def list_call(self) -> Callable[..., Any]:
-        return self._api.list_pod_for_all_namespaces
+        call: Callable[..., Any] = self._api.list_pod_for_all_namespaces
+        return call
 
     def template(self, obj: Obj) -> Obj:
-        return {"metadata": metadata(obj), "spec": obj.get("spec") or {}}
+        return {"metadata": metadata_of(obj), "spec": obj.get("spec") or {}}
 
     def ignored(self, obj: Obj) -> bool:
-        owners = metadata(obj).get("ownerReferences") or []
+        owners = metadata_of(obj).get("ownerReferences") or []
         return any(owner.get("kind") == "Job" and owner.get("controller") for owner in owners)
 
     def held(self, obj: Obj) -> bool:
@@ -75,7 +83,7 @@ class PodKind(WorkloadKind):
         return (obj.get("status") or {}).get("phase") in _DONE_PHASES
 
     def patch(self, obj: Obj, body: Obj) -> Obj:
-        meta = metadata(obj)
+        meta = metadata_of(obj)
         response = self._api.patch_namespaced_pod(
             meta["name"], meta["namespace"], body, _content_type=MERGE_PATCH, _preload_content=False
         )
@@ -83,14 +91,14 @@ class PodKind(WorkloadKind):
         return patched
 
     def requeues(self, obj: Obj) -> bool:
-        return (annotations(obj).get(names.REQUEUE) or labels(obj).get(names.REQUEUE)) == "true"
+        return (annotations_of(obj).get(names.REQUEUE) or labels_of(obj).get(names.REQUEUE)) == "true"
 
     def requeue(self, obj: Obj, template: Obj) -> Obj | None:
         """Create the Pod again from its last spec, gated, with its original scheduling; None while the
         old one still exists."""
-        meta = {k: v for k, v in metadata(obj).items() if k not in _SERVER_SET}
-        meta["labels"] = {k: v for k, v in labels(obj).items() if k != names.LEASE_ID} or None
-        meta["annotations"] = {k: v for k, v in annotations(obj).items() if k != names.LEASE_ID}
+        meta = {k: v for k, v in metadata_of(obj).items() if k not in _SERVER_SET}
+        meta["labels"] = {k: v for k, v in labels_of(obj).items() if k != names.LEASE_ID} or None
+        meta["annotations"] = {k: v for k, v in annotations_of(obj).items() if k != names.LEASE_ID}
         original = template.get("spec") or {}
         spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
         for field in ("affinity", "nodeSelector", "tolerations"):
