@@ -360,10 +360,6 @@ def test_bad_input_is_rejected_with_the_reason_once_not_retried(
     assert event_reasons(watched_apiserver, "mig").count("Rejected") == 1
 
 
-@pytest.mark.skip(
-    reason="not passing yet: the Job's suspend at preemption is not seen when the notice is "
-    "(the hold follows the annotation); follow-up"
-)
 def test_preemption_warns_deletes_with_the_grace_left_holds_capacity_until_pods_go_then_requeues(
     watched_apiserver: kmock.KubernetesEmulator,
     controller: ControllerFactory,

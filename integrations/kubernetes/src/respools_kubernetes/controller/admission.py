@@ -216,6 +216,8 @@ class Admission:
     def _preempt(self, obj: Obj, lease: Lease) -> Obj:
         deadline = lease.preempt_deadline or datetime.now(UTC)
         reason = lease.preempt_reason.value if lease.preempt_reason else "preempted"
+        if self.kind.can_hold_after_creation and not self.kind.held(obj):
+            obj = self.kind.hold(obj)  # a suspended Job is not failed, and makes no new pods
         if annotations_of(obj).get(names.STATE) != State.PREEMPTING:
             message = f"lease {lease.id} preempted ({reason}); its pods stop by {deadline.isoformat()}"
             obj = self.kind.patch(
@@ -232,8 +234,6 @@ class Admission:
                 },
             )
             self._event(obj, "Preempted", message, warning=True)
-        if self.kind.can_hold_after_creation and not self.kind.held(obj):
-            obj = self.kind.hold(obj)  # a suspended Job is not failed, and makes no new pods
         if self._stop_lease_pods(metadata_of(obj).get("namespace") or "", lease.id, deadline):
             return obj  # the capacity stays held until the pods are gone
         self._client.release(lease.id)
