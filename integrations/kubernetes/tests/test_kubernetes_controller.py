@@ -332,10 +332,6 @@ def test_a_gated_pod_waits_then_its_gate_is_lifted_on_grant(
     assert hostname_values(admitted["spec"]) == ["gpu-a"]
 
 
-@pytest.mark.skip(
-    reason="not passing yet: more GPUs than any node waits (no_capacity) rather than being "
-    "rejected; the controller must check the demand against the pool's nodes (follow-up)"
-)
 def test_bad_input_is_rejected_with_the_reason_once_not_retried(
     watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
 ) -> None:
@@ -353,10 +349,13 @@ def test_bad_input_is_rejected_with_the_reason_once_not_retried(
         assert rejected["spec"]["suspend"] is True
         assert notes(rejected)[names.REASON]
         assert "Rejected" in event_reasons(watched_apiserver, name)
-    assert "mig.3g.40gb" in notes(obj(watched_apiserver, JOBS, "mig"))[names.REASON]
+    assert "'3g.40gb'" in notes(obj(watched_apiserver, JOBS, "mig"))[names.REASON]
+    assert "no MIG slices" in notes(obj(watched_apiserver, JOBS, "mig"))[names.REASON]
+    assert "largest node" in notes(obj(watched_apiserver, JOBS, "huge"))[names.REASON]
     passes = made.passes
     eventually(lambda: made.passes >= passes + 3)
-    assert len(requests_of(admin, "uid-mig")) == 1 and len(requests_of(admin, "uid-huge")) == 1
+    # Refused before asking: no request is queued for them, now or on later passes.
+    assert requests_of(admin, "uid-mig") == [] and requests_of(admin, "uid-huge") == []
     assert event_reasons(watched_apiserver, "mig").count("Rejected") == 1
 
 

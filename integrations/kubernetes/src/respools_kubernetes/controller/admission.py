@@ -23,7 +23,17 @@ from pydantic import ValidationError
 
 from respools import ApiError, Client
 from respools.backends.protocol import BackendError
-from respools.model import LIVE_LEASE_STATES, TERMINAL_STATES, Lease, Request, RequestSpec, RequestState
+from respools.model import (
+    LIVE_LEASE_STATES,
+    TERMINAL_STATES,
+    Host,
+    Lease,
+    Request,
+    RequestSpec,
+    RequestState,
+    is_mig_key,
+    mig_profile,
+)
 from respools_kubernetes.api_json import from_api_json, to_api_json
 from respools_kubernetes.backend import KubernetesBackend
 from respools_kubernetes.controller import names
@@ -126,6 +136,9 @@ class Admission:
                 )
                 return self._set_status(obj, State.UNGATED, message, "NotGated", warning=True)
             obj = self.kind.hold(obj)
+        unplaceable = self._unplaceable(pool, resources)
+        if unplaceable is not None:
+            return self._reject(obj, unplaceable)
         uid = metadata_of(obj).get("uid") or ""
         try:
             spec = RequestSpec(
@@ -155,6 +168,38 @@ class Admission:
             raise
         obj = self.kind.patch(obj, {"metadata": {"annotations": {names.REQUEST_ID: request.id, names.ATTEMPT: "0"}}})
         return self._follow(obj, request.id, request)
+
+    def _unplaceable(self, pool: str, resources: dict[str, float]) -> str | None:
+        """Why no node of the pool could ever run one of the pods, or None.
+
+        A pod runs on one node, so a pod asking for more GPUs (or a MIG profile) than any node of the pool
+        has would wait forever in a pool whose total is large enough; it is refused at once instead. A
+        pool whose inventory is not known yet is given the benefit of the doubt.
+        """
+        hosts = [Host.model_validate(entry["host"]) for entry in self._client.get(f"/v1/pools/{pool}/hosts")]
+        if not hosts:
+            return None
+        whole = resources.get("gpu", 0)
+        most = max(sum(1 for gpu in host.gpus if not gpu.mig_enabled) for host in hosts)
+        if whole >= 1 and whole > most:
+            return (
+                f"each pod asks for {whole:g} GPUs but the largest node of pool {pool!r} has {most}; "
+                "ask for at most that many per pod (a Job with parallelism spreads over nodes)"
+            )
+        for key, amount in resources.items():
+            if not is_mig_key(key):
+                continue
+            profile = mig_profile(key)
+            per_host = [
+                sum(1 for gpu in host.gpus for mig in gpu.mig_instances if mig.profile == profile) for host in hosts
+            ]
+            if max(per_host) < amount:
+                offered = sorted({mig.profile for host in hosts for gpu in host.gpus for mig in gpu.mig_instances})
+                return (
+                    f"each pod asks for {amount:g} MIG slices {profile!r} but no node of pool {pool!r} has that "
+                    f"many; the pool's nodes offer {', '.join(offered) or 'no MIG slices'}"
+                )
+        return None
 
     # -- follow ------------------------------------------------------------------------------------
 
