@@ -4,6 +4,7 @@ controllers where a workload needs them (the Job controller's pods, a kubelet's 
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 import uuid
@@ -13,7 +14,7 @@ from typing import Any
 
 import kmock
 import pytest
-from kubernetes.client import ApiClient, Configuration, CoreV1Api
+from kubernetes.client import ApiClient, BatchV1Api, Configuration, CoreV1Api
 from respools_kubernetes.controller import Controller, ControllerSettings, names
 
 from respools import Client
@@ -59,6 +60,11 @@ def pool(admin: Client) -> str:
 @pytest.fixture
 def core(watched_apiserver: kmock.KubernetesEmulator) -> CoreV1Api:
     return CoreV1Api(ApiClient(Configuration(host=str(watched_apiserver.url).rstrip("/"))))
+
+
+@pytest.fixture
+def batch(watched_apiserver: kmock.KubernetesEmulator) -> BatchV1Api:
+    return BatchV1Api(ApiClient(Configuration(host=str(watched_apiserver.url).rstrip("/"))))
 
 
 ControllerFactory = Callable[..., Controller]
@@ -308,7 +314,11 @@ def test_an_indexed_job_is_one_gang_over_several_nodes(
 
 
 def test_a_gated_pod_waits_then_its_gate_is_lifted_on_grant(
-    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    core: CoreV1Api,
 ) -> None:
     watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
     controller()
@@ -316,9 +326,7 @@ def test_a_gated_pod_waits_then_its_gate_is_lifted_on_grant(
     blocker = admin.submit(
         RequestSpec(subject=f"team-{pool}", resources={"gpu": 2}, pools=[pool], preemptible=True), wait=5
     )
-    watched_apiserver.objects[PODS, "ml", "notebook"] = gated_pod(
-        "notebook", "uid-nb", {"nvidia.com/gpu": "1"}, pool=pool
-    )
+    core.create_namespaced_pod("ml", gated_pod("notebook", "uid-nb", {"nvidia.com/gpu": "1"}, pool=pool))
 
     waiting = eventually(lambda: in_state(watched_apiserver, PODS, "notebook", "waiting"))
     assert "no_capacity" in notes(waiting)[names.REASON] or "waiting" in notes(waiting)[names.REASON]
@@ -407,7 +415,11 @@ def test_preemption_warns_deletes_with_the_grace_left_holds_capacity_until_pods_
 
 
 def test_a_restarted_controller_grants_nothing_twice_and_loses_no_workload(
-    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    batch: BatchV1Api,
 ) -> None:
     watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
     first = controller("replica-a")
@@ -415,7 +427,7 @@ def test_a_restarted_controller_grants_nothing_twice_and_loses_no_workload(
     blocker = admin.submit(
         RequestSpec(subject=f"team-{pool}", resources={"gpu": 2}, pools=[pool], preemptible=True), wait=5
     )
-    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-restart", {"nvidia.com/gpu": "2"}, pool=pool)
+    batch.create_namespaced_job("ml", job("train", "uid-restart", {"nvidia.com/gpu": "2"}, pool=pool))
     eventually(lambda: notes(obj(watched_apiserver, JOBS, "train")).get(names.STATE) == "waiting")
     first.stop()
 
@@ -436,7 +448,11 @@ def test_a_restarted_controller_grants_nothing_twice_and_loses_no_workload(
 
 
 def test_only_the_leader_acts_and_another_replica_takes_over(
-    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    batch: BatchV1Api,
 ) -> None:
     watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
     a, b = controller("replica-a"), controller("replica-b")
@@ -446,16 +462,16 @@ def test_only_the_leader_acts_and_another_replica_takes_over(
     leader, follower = (a, b) if a.elector.leading else (b, a)
     leader.stop()
     eventually(lambda: follower.elector.leading)
-    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-leader", {"nvidia.com/gpu": "1"}, pool=pool)
+    batch.create_namespaced_job("ml", job("train", "uid-leader", {"nvidia.com/gpu": "1"}, pool=pool))
     eventually(lambda: notes(obj(watched_apiserver, JOBS, "train")).get(names.STATE) == "admitted")
 
 
-@pytest.mark.skip(
-    reason="not passing yet: kmock's one-shot WATCH reaction does not reach the "
-    "informer, so the 410 path is untested (follow-up)"
-)
 def test_a_watch_answered_410_gone_relists_and_goes_on(
-    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    core: CoreV1Api,
 ) -> None:
     gone = {
         "type": "ERROR",
@@ -468,9 +484,13 @@ def test_a_watch_answered_410_gone_relists_and_goes_on(
             "message": "too old resource version",
         },
     }
-    watched_apiserver[kmock.action.WATCH, kmock.resource(PODS)][:1] << gone
+    # One event line, newline-terminated as an API server writes every watch event.
+    watched_apiserver[kmock.action.WATCH, kmock.resource(PODS)][:1] << json.dumps(gone).encode() + b"\n"
     watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
     made = controller()
     eventually(lambda: made.workloads["Pod"].relists >= 1)
-    watched_apiserver.objects[PODS, "ml", "late"] = gated_pod("late", "uid-late", {"nvidia.com/gpu": "1"}, pool=pool)
+    pod_lists = [r for r in watched_apiserver if r.method == "GET" and str(r.url.path) == "/api/v1/pods"]
+    assert [r.params.get("watch") for r in pod_lists[:3]] == [None, "true", None]  # list, watch (410), list
+    assert pod_lists[1].params["allowWatchBookmarks"] == "True"
+    core.create_namespaced_pod("ml", gated_pod("late", "uid-late", {"nvidia.com/gpu": "1"}, pool=pool))
     eventually(lambda: notes(obj(watched_apiserver, PODS, "late")).get(names.STATE) == "admitted")
