@@ -96,9 +96,10 @@ def eventually(check: Callable[[], Any], timeout: float = 15.0) -> Any:
         try:
             last = check()
         except (KeyError, AssertionError, TypeError) as exc:
-            last = exc
-        if last:
-            return last
+            last = exc  # not there yet (an object still missing): look again
+        else:
+            if last:
+                return last
         time.sleep(0.1)
     raise AssertionError(f"not reached within {timeout} s; last: {last!r}")
 
@@ -494,3 +495,86 @@ def test_a_watch_answered_410_gone_relists_and_goes_on(
     assert pod_lists[1].params["allowWatchBookmarks"] == "True"
     core.create_namespaced_pod("ml", gated_pod("late", "uid-late", {"nvidia.com/gpu": "1"}, pool=pool))
     eventually(lambda: notes(obj(watched_apiserver, PODS, "late")).get(names.STATE) == "admitted")
+
+
+def test_a_preempted_pod_marked_requeue_is_created_again_gated_and_admitted_again(
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    core: CoreV1Api,
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    controller()
+    wait_for_hosts(admin, pool)
+    core.create_namespaced_pod(
+        "ml", gated_pod("worker", "uid-w", {"nvidia.com/gpu": "1"}, pool=pool, **{"respools.io/requeue": "true"})
+    )
+    core.create_namespaced_pod("ml", gated_pod("once", "uid-once", {"nvidia.com/gpu": "1"}, pool=pool))
+    worker = eventually(lambda: in_state(watched_apiserver, PODS, "worker", "admitted"))
+    once = eventually(lambda: in_state(watched_apiserver, PODS, "once", "admitted"))
+
+    admin.preempt_lease(notes(worker)[names.LEASE_ID], grace_s=30)
+    admin.preempt_lease(notes(once)[names.LEASE_ID], grace_s=30)
+
+    again = eventually(
+        lambda: (
+            (p := in_state(watched_apiserver, PODS, "worker", "admitted"))
+            and notes(p)[names.LEASE_ID] != notes(worker)[names.LEASE_ID]
+            and p
+        )
+    )
+    assert notes(again)[names.ATTEMPT] == "1"
+    assert not again["spec"].get("schedulingGates")
+    assert hostname_values(again["spec"]) == ["gpu-a"]
+    deletions = [r for r in watched_apiserver if r.method == "DELETE" and r.name in ("worker", "once")]
+    assert {r.name for r in deletions} == {"worker", "once"}
+    assert all(25 <= int(r.params["gracePeriodSeconds"]) <= 30 for r in deletions)
+    # Without respools.io/requeue the pod ends preempted: gone, its request not retried.
+    eventually(lambda: requests_of(admin, "uid-once")[0].state == RequestState.PREEMPTED)
+    assert ("ml", "once") not in {(ns, n) for (k, ns, n), o in watched_apiserver.objects.items() if not o.deleted}
+
+
+def test_at_the_deadline_the_pods_are_deleted_without_grace(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-deadline", {"nvidia.com/gpu": "1"}, pool=pool)
+    controller()
+    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
+    pod = job_pod(watched_apiserver, admitted, 0)  # it has a finalizer: deletion alone does not end it
+
+    admin.preempt_lease(notes(admitted)[names.LEASE_ID], grace_s=1)
+
+    graces = eventually(
+        lambda: (
+            (g := [r.params["gracePeriodSeconds"] for r in watched_apiserver if r.method == "DELETE" and r.name == pod])
+            and "0" in g
+            and g
+        )
+    )
+    assert graces[0] == "1" and graces[-1] == "0"
+
+
+def test_a_finished_or_deleted_job_gives_its_lease_back(
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    pool: str,
+    batch: BatchV1Api,
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    watched_apiserver.objects[JOBS, "ml", "done"] = job("done", "uid-done", {"nvidia.com/gpu": "1"}, pool=pool)
+    watched_apiserver.objects[JOBS, "ml", "gone"] = job("gone", "uid-gone", {"nvidia.com/gpu": "1"}, pool=pool)
+    controller()
+    done = eventually(lambda: in_state(watched_apiserver, JOBS, "done", "admitted"))
+    gone = eventually(lambda: in_state(watched_apiserver, JOBS, "gone", "admitted"))
+
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}}
+    batch.patch_namespaced_job_status("done", "ml", complete, _content_type=MERGE)
+    batch.delete_namespaced_job("gone", "ml")
+
+    ended = [notes(done)[names.LEASE_ID], notes(gone)[names.LEASE_ID]]
+    eventually(lambda: all(admin.get_lease(lease_id).state == RequestState.RELEASED for lease_id in ended))
+    assert notes(obj(watched_apiserver, JOBS, "done"))[names.STATE] == "finished"
+    assert admin.list_leases(pool=pool, live=True) == []

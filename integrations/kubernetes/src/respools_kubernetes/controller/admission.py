@@ -363,7 +363,8 @@ class Admission:
         if preempted and request.lease_id and request.state == RequestState.PREEMPTING:
             self._client.release(request.lease_id)
             request = self._client.get_request(request_id)
-        if preempted and request.state == RequestState.PENDING and self.kind.requeues(obj):
+        if preempted and request.state not in TERMINAL_STATES and self.kind.requeues(obj):
+            # Requeued by the service (perhaps granted again already): bring the workload back.
             return self._requeue(obj, request) is not obj
         self._close(request_id)
         return True

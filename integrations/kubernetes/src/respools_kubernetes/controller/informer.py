@@ -87,10 +87,12 @@ class Informer:
             return list(self._cache.values())
 
     def put(self, obj: Obj) -> None:
-        """Record what a write of ours returned, so the next look does not act on a stale copy."""
+        """Record what a write of ours returned, so the next look does not act on a stale copy. Only an
+        object the cache still holds is replaced: one the watch reported deleted meanwhile stays gone, and
+        one we created arrives through the watch."""
         with self._lock:
             current = self._cache.get(key_of(obj))
-            if current is None or _version(obj) >= _version(current):
+            if current is not None and _version(obj) >= _version(current):
                 self._cache[key_of(obj)] = obj
 
     # -- the loop ----------------------------------------------------------------------------------

@@ -103,8 +103,8 @@ class Controller:
     def _workload_handler(self, kind: str) -> Any:
         def handle(event: str, obj: Obj) -> None:
             if event == "DELETED":
+                self._deleted_objects[(kind, key_of(obj))] = obj  # before the key is queued: it is read then
                 self._queue.put(("deleted:" + kind, key_of(obj)))
-                self._deleted_objects[(kind, key_of(obj))] = obj
             else:
                 self._queue.put((kind, key_of(obj)))
 
