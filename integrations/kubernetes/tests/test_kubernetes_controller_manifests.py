@@ -62,3 +62,26 @@ def test_rbac_grants_only_what_the_controller_calls() -> None:
         ("", "events"): ["create"],
         ("coordination.k8s.io", "leases"): ["create", "get", "patch"],
     }
+
+
+WEBHOOK = ROOT / "server" / "kustomize" / "components" / "controller-webhook"
+
+
+def test_the_webhook_component_is_valid_and_documents_its_failure_policy_and_namespaces() -> None:
+    found = [doc for doc in yaml.safe_load_all((WEBHOOK / "webhook.yaml").read_text()) if doc]
+    for obj in found:
+        kubernetes_validate.validate(obj, "1.30", strict=True)
+    (config,) = [obj for obj in found if obj["kind"] == "MutatingWebhookConfiguration"]
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
+    assert hook["namespaceSelector"]["matchExpressions"] == [{"key": "respools.io/pool", "operator": "Exists"}]
+    assert {(r["apiGroups"][0], r["resources"][0]) for r in hook["rules"]} == {("", "pods"), ("batch", "jobs")}
+    # The patched Deployment (strategic merge by container name) is still a valid Deployment.
+    (deployment,) = [obj for obj in objects() if obj["kind"] == "Deployment"]
+    patch = yaml.safe_load((WEBHOOK / "deployment-patch.yaml").read_text())
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    container.update(patch["spec"]["template"]["spec"]["containers"][0])
+    deployment["spec"]["template"]["spec"]["volumes"] = patch["spec"]["template"]["spec"]["volumes"]
+    kubernetes_validate.validate(deployment, "1.30", strict=True)
+    (service,) = [obj for obj in found if obj["kind"] == "Service"]
+    assert service["spec"]["ports"][0]["targetPort"] == int(container["args"][-1])

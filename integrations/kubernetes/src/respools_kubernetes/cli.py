@@ -14,6 +14,7 @@ from kubernetes.client import ApiClient, Configuration
 
 from respools import Client
 from respools_kubernetes.controller import Controller, ControllerSettings
+from respools_kubernetes.controller.webhook import WebhookServer
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--resync-s", type=float, default=ControllerSettings.resync_s)
     run.add_argument("--host-ttl-s", type=float, default=ControllerSettings.host_ttl_s)
     run.add_argument("--max-retries", type=int, default=ControllerSettings.default_max_retries)
+    run.add_argument("--webhook-port", type=int, default=9443, help="HTTPS port of the admission webhook")
+    run.add_argument("--tls-cert", help="the webhook's certificate (PEM); without it no webhook is served")
+    run.add_argument("--tls-key", help="the webhook certificate's private key (PEM)")
     run.add_argument("--log-level", default="INFO")
     return parser
 
@@ -57,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default_max_retries=args.max_retries,
     )
     controller = Controller(_api_client(args), Client(args.url, args.token), settings)
+    if args.tls_cert:
+        if not args.tls_key:
+            raise SystemExit("--tls-cert needs --tls-key: the webhook serves HTTPS with both")
+        WebhookServer("0.0.0.0", args.webhook_port, args.tls_cert, args.tls_key, controller.namespace).start()
 
     def stop(signum: int, frame: FrameType | None) -> None:
         controller.stop()

@@ -50,7 +50,7 @@ class Controller:
         self.workloads: dict[str, Informer] = {}
         for kind_type in KINDS:
             kind = kind_type(api_client)
-            self.admissions[kind.kind] = Admission(kind, client, core, recorder, self._namespace, self.settings)
+            self.admissions[kind.kind] = Admission(kind, client, core, recorder, self.namespace, self.settings)
             self.workloads[kind.kind] = Informer(
                 kind.kind, kind.list_call(), self._workload_handler(kind.kind), timeout
             )
@@ -113,7 +113,7 @@ class Controller:
     def _node_changed(self, event: str, obj: Obj) -> None:
         self._queue.put(("nodes", key_of(obj)))
 
-    def _namespace(self, name: str) -> Obj | None:
+    def namespace(self, name: str) -> Obj | None:
         """The namespace (for its labels), read at most once per resync period: namespaces change rarely,
         and a watch over all of them would cost more than these reads."""
         now = time.monotonic()
