@@ -447,6 +447,12 @@ def test_a_restarted_controller_grants_nothing_twice_and_loses_no_workload(
     assert notes(obj(watched_apiserver, JOBS, "train"))[names.LEASE_ID] == lease_id
     assert len(admin.list_leases(pool=pool, live=True)) == 1
 
+    # Deleted while no controller watches: the next one finds the orphaned request and gives the lease back.
+    third.stop()
+    batch.delete_namespaced_job("train", "ml")
+    controller("replica-d")
+    eventually(lambda: admin.get_lease(lease_id).state == RequestState.RELEASED)
+
 
 def test_only_the_leader_acts_and_another_replica_takes_over(
     watched_apiserver: kmock.KubernetesEmulator,

@@ -251,7 +251,7 @@ class Admission:
             names.PREEMPT_DEADLINE: None,
             names.PREEMPT_REASON: None,
         }
-        obj = self.kind.admit(obj, placed, notes, {names.LEASE_ID: lease.id})  # type: ignore[arg-type]
+        obj = self.kind.admit(obj, placed, notes, {names.LEASE_ID: lease.id})
         self._heartbeat(lease.id)
         self._event(obj, "Admitted", f"respools lease {lease.id} granted in pool {lease.pool} on {hosts}")
         return obj
@@ -347,7 +347,7 @@ class Admission:
     def _finish(self, obj: Obj, request_id: str) -> Obj:
         if annotations_of(obj).get(names.STATE) == State.FINISHED:
             return obj
-        self._close(request_id)
+        self.close(request_id)
         return self._set_status(obj, State.FINISHED, "the workload finished; its lease is released", "Finished")
 
     def _settle(self, request_id: str, obj: Obj) -> bool:
@@ -366,10 +366,11 @@ class Admission:
         if preempted and request.state not in TERMINAL_STATES and self.kind.requeues(obj):
             # Requeued by the service (perhaps granted again already): bring the workload back.
             return self._requeue(obj, request) is not obj
-        self._close(request_id)
+        self.close(request_id)
         return True
 
-    def _close(self, request_id: str) -> None:
+    def close(self, request_id: str) -> None:
+        """Release the request's lease, or withdraw it while it waits."""
         request = self._client.get_request(request_id)
         if request.lease_id and request.state in LIVE_LEASE_STATES:
             self._client.release(request.lease_id)

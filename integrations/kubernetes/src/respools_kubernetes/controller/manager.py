@@ -15,11 +15,13 @@ import threading
 import time
 from typing import Any
 
-from kubernetes.client import ApiClient, BatchV1Api, CoordinationV1Api, CoreV1Api
+from kubernetes.client import ApiClient, CoordinationV1Api, CoreV1Api
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from respools import Client, RespoolsError
+from respools.model import RequestState
+from respools_kubernetes.controller import names
 from respools_kubernetes.controller.admission import Admission
 from respools_kubernetes.controller.informer import Informer, Key, Obj, key_of
 from respools_kubernetes.controller.inventory_sync import InventorySync
@@ -31,6 +33,8 @@ from respools_kubernetes.controller.workloads import KINDS
 log = logging.getLogger(__name__)
 
 _WAKE = ("", ("", ""))
+_SWEEP_EVERY = 20
+"""Full passes between sweeps for orphaned requests (the first pass sweeps too)."""
 
 
 class Controller:
@@ -62,7 +66,7 @@ class Controller:
             self.settings.identity,
             self.settings.lease_duration_s,
         )
-        self._batch = BatchV1Api(api_client)
+        self._client = client
         self.passes = 0
         """Full passes made while leading (tests wait on it)."""
 
@@ -156,12 +160,34 @@ class Controller:
         if not self.elector.try_lead() or not self._synced():
             return
         self.inventory.sync()
+        if self.passes % _SWEEP_EVERY == 0:
+            self._sweep_orphans()
         for kind, informer in self.workloads.items():
             admission = self.admissions[kind]
             for obj in informer.items():
                 self._guard(f"{kind} {key_of(obj)}", self._reconcile, kind, obj)
             admission.settle_deleted()
         self.passes += 1
+
+    def _sweep_orphans(self) -> None:
+        """Close the open requests of workloads that vanished while no controller watched (a DELETED
+        event nobody saw): their leases go back now rather than when their heartbeats time out."""
+        open_states = [RequestState.PENDING, RequestState.GRANTED, RequestState.ACTIVE, RequestState.PREEMPTING]
+        label = f"{names.MANAGED_BY}={names.MANAGED_BY_VALUE}"
+        for request in self._client.list_requests(label=label, states=open_states, limit=1000):
+            kind = request.labels.get("k8s-kind", "")
+            key = (request.labels.get("k8s-namespace", ""), request.labels.get("k8s-name", ""))
+            informer = self.workloads.get(kind)
+            if informer is None or informer.get(key) is not None:
+                continue
+            admission = self.admissions[kind]
+            if request.id in admission.open_requests():
+                continue  # its deletion is being settled (pods still going)
+            log.info("request %s: its %s %s/%s is gone; closing it once its pods are", request.id, kind, *key)
+            annotations = {names.REQUEST_ID: request.id, names.LEASE_ID: request.lease_id}
+            admission.deleted({"metadata": {"namespace": key[0], "name": key[1], "annotations": annotations}})
+        for admission in self.admissions.values():
+            admission.settle_deleted()
 
     def _act(self, what: str, key: Key) -> None:
         if what == "nodes":

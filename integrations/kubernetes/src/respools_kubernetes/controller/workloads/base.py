@@ -51,9 +51,9 @@ class WorkloadKind(abc.ABC):
         """Keep the workload from running (where :attr:`can_hold_after_creation`)."""
 
     @abc.abstractmethod
-    def admit(self, obj: Obj, template: Obj, annotations: Mapping[str, str], labels: Mapping[str, str]) -> Obj:
+    def admit(self, obj: Obj, template: Obj, annotations: Mapping[str, str | None], labels: Mapping[str, str]) -> Obj:
         """Write the placed ``template`` (its metadata and scheduling fields) and the workload's own
-        ``annotations``/``labels``, and let it run."""
+        ``annotations``/``labels`` (None removes one), and let it run."""
 
     @abc.abstractmethod
     def finished(self, obj: Obj) -> bool:

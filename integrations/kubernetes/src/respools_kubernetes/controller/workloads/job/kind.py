@@ -49,7 +49,7 @@ class JobKind(WorkloadKind):
     def hold(self, obj: Obj) -> Obj:
         return self.patch(obj, {"spec": {"suspend": True}})
 
-    def admit(self, obj: Obj, template: Obj, annotations: Mapping[str, str], labels: Mapping[str, str]) -> Obj:
+    def admit(self, obj: Obj, template: Obj, annotations: Mapping[str, str | None], labels: Mapping[str, str]) -> Obj:
         body = {
             "metadata": {"annotations": dict(annotations), "labels": dict(labels)},
             "spec": {"suspend": False, "template": _scheduling_part(template)},

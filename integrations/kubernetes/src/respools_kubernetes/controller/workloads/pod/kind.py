@@ -60,7 +60,7 @@ class PodKind(WorkloadKind):
             f"[{{name: {names.SCHEDULING_GATE}}}] or install the respools webhook"
         )
 
-    def admit(self, obj: Obj, template: Obj, annotations: Mapping[str, str], labels: Mapping[str, str]) -> Obj:
+    def admit(self, obj: Obj, template: Obj, annotations: Mapping[str, str | None], labels: Mapping[str, str]) -> Obj:
         spec = template.get("spec") or {}
         gates = [
             g for g in (obj.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != names.SCHEDULING_GATE
