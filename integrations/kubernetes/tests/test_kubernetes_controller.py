@@ -244,20 +244,28 @@ def test_nodes_become_the_pools_inventory_and_cordoned_or_not_ready_nodes_leave_
     watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 8)
     watched_apiserver.objects[NODES, None, "gpu-b"] = node("gpu-b", pool, 4)
     watched_apiserver.objects[NODES, None, "elsewhere"] = node("elsewhere", "other-pool", 8)
+    single = node("mig-c", pool, 14)  # the device plugin's single MIG strategy: slices as nvidia.com/gpu
+    single["metadata"]["labels"] |= {
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        "nvidia.com/gpu.memory": "4864",
+    }
+    watched_apiserver.objects[NODES, None, "mig-c"] = single
     controller()
 
     def hosts() -> dict[str, int]:
         return {entry["host"]["name"]: len(entry["host"]["gpus"]) for entry in admin.get(f"/v1/pools/{pool}/hosts")}
 
-    eventually(lambda: hosts() == {"gpu-a": 8, "gpu-b": 4})
-    assert admin.get(f"/v1/pools/{pool}/status")["capacity"]["gpu"] == 12
+    eventually(lambda: hosts() == {"gpu-a": 8, "gpu-b": 4, "mig-c": 1})
+    status = admin.get(f"/v1/pools/{pool}/status")
+    assert status["capacity"]["gpu"] == 12 and status["capacity"]["mig.1g.5gb"] == 14
 
     core.patch_node("gpu-b", {"spec": {"unschedulable": True}}, _content_type=MERGE)
-    eventually(lambda: hosts() == {"gpu-a": 8})
+    eventually(lambda: hosts() == {"gpu-a": 8, "mig-c": 1})
     core.patch_node("gpu-b", {"spec": {"unschedulable": False}}, _content_type=MERGE)
-    eventually(lambda: hosts() == {"gpu-a": 8, "gpu-b": 4})
+    eventually(lambda: hosts() == {"gpu-a": 8, "gpu-b": 4, "mig-c": 1})
     core.patch_node("gpu-a", {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, _content_type=MERGE)
-    eventually(lambda: hosts() == {"gpu-b": 4})
+    eventually(lambda: hosts() == {"gpu-b": 4, "mig-c": 1})
 
 
 def test_a_job_is_suspended_queued_then_admitted_on_the_granted_node(
@@ -584,3 +592,22 @@ def test_a_finished_or_deleted_job_gives_its_lease_back(
     eventually(lambda: all(admin.get_lease(lease_id).state == RequestState.RELEASED for lease_id in ended))
     assert notes(obj(watched_apiserver, JOBS, "done"))[names.STATE] == "finished"
     assert admin.list_leases(pool=pool, live=True) == []
+
+
+def test_the_controller_heartbeats_an_admitted_workloads_lease(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    spec = admin.get(f"/v1/pools/{pool}")
+    admin.put(f"/v1/pools/{pool}", {key: spec[key] for key in ("name", "stack", "settings")} | {"lease_ttl_s": 1.5})
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
+    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-hb", {"nvidia.com/gpu": "1"}, pool=pool)
+    controller()
+    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
+    lease_id = notes(admitted)[names.LEASE_ID]
+    first = admin.get_lease(lease_id).expires_at
+
+    time.sleep(4.0)  # well past the 1.5 s TTL: only heartbeats keep the lease
+
+    lease = admin.get_lease(lease_id)
+    assert lease.state == RequestState.ACTIVE
+    assert lease.expires_at > first
