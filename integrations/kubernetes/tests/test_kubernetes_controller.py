@@ -320,6 +320,14 @@ def test_an_indexed_job_is_one_gang_over_several_nodes(
     (request,) = requests_of(admin, "uid-ddp")
     assert request.replicas == 2 and request.resources["gpu"] == 4000
     assert sorted(hostname_values(admitted["spec"]["template"]["spec"])) == ["gpu-a", "gpu-b"]
+    # One pod per granted node: the pods of the lease repel each other on a hostname.
+    (spread,) = admitted["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert spread == {
+        "labelSelector": {"matchLabels": {names.LEASE_ID: request.lease_id}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
 
 
 def test_a_gated_pod_waits_then_its_gate_is_lifted_on_grant(

@@ -241,6 +241,8 @@ class Admission:
             return self._reject(obj, str(exc))
         original = self._original_template(obj)
         placed = _place(original, fragments)
+        if len(lease.placement.hosts) > 1:
+            _spread(placed, lease.id)
         hosts = ", ".join(lease.placement.hosts) or "any node of the pool"
         notes = {
             names.LEASE_ID: lease.id,
@@ -464,6 +466,21 @@ def _place(template: Obj, fragments: list[dict[str, Any]]) -> Obj:
     pod = from_api_json({"metadata": template.get("metadata") or {}, "spec": template.get("spec") or {}}, "V1Pod")
     placed: Obj = to_api_json(apply_placement(pod, fragment))
     return placed
+
+
+def _spread(template: Obj, lease_id: str) -> None:
+    """One pod of the gang per granted node: respools placed each replica on its own host, and two pods
+    on one node would use GPUs the lease does not hold there."""
+    affinity = template.setdefault("spec", {}).setdefault("affinity", {})
+    term = {
+        "labelSelector": {"matchLabels": {names.LEASE_ID: lease_id}},
+        "topologyKey": HOSTNAME_LABEL,
+    }
+    anti = affinity.setdefault("podAntiAffinity", {})
+    anti["requiredDuringSchedulingIgnoredDuringExecution"] = [
+        *(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []),
+        term,
+    ]
 
 
 def _scheduling(template: Obj) -> dict[str, Any]:
