@@ -576,6 +576,21 @@ def test_at_the_deadline_the_pods_are_deleted_without_grace(
         )
     )
     assert graces[0] == "1" and graces[-1] == "0"
+    # Past the deadline the Job stays suspended while its pod is still there, whatever the service did
+    # with the lease; once the pod is gone the Job runs again on its next lease.
+    time.sleep(1.0)
+    assert obj(watched_apiserver, JOBS, "train")["spec"]["suspend"] is True
+    CoreV1Api(ApiClient(Configuration(host=str(watched_apiserver.url).rstrip("/")))).patch_namespaced_pod(
+        pod, "ml", {"metadata": {"finalizers": []}}, _content_type=MERGE
+    )
+    again = eventually(
+        lambda: (
+            (j := in_state(watched_apiserver, JOBS, "train", "admitted"))
+            and notes(j)[names.LEASE_ID] != notes(admitted)[names.LEASE_ID]
+            and j
+        )
+    )
+    assert again["spec"]["suspend"] is False and notes(again)[names.ATTEMPT] == "1"
 
 
 def test_a_finished_or_deleted_job_gives_its_lease_back(

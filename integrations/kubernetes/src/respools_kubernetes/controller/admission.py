@@ -211,9 +211,14 @@ class Admission:
                 return self._preempt(obj, lease)
             if lease is not None and lease.state in LIVE_LEASE_STATES:
                 return obj
-            # The lease ended without us (expired, or revoked at its deadline): its pods must go first.
+            # The lease ended without us (expired, revoked at its deadline) or is overdue: nothing may run
+            # on it any more. Hold the workload so that no new pod starts, stop the ones left, and only
+            # then give back what the service still counts as held (the stop is confirmed).
+            obj = self._hold(obj)
             if self._stop_lease_pods(metadata_of(obj).get("namespace") or "", applied, deadline=None):
                 return obj
+            if lease is not None and lease.state not in TERMINAL_STATES:
+                self._client.release(lease.id)
         request = request or self._client.get_request(request_id)
         if request.state == RequestState.PENDING:
             if applied:
