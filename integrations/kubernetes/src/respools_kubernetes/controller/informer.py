@@ -120,6 +120,12 @@ class Informer:
                 delay = backoff.next_delay()
                 log.warning("%s: connection problem (%s); retrying in %.1f s", self.name, exc, delay)
                 stopping.wait(delay)
+            except Exception:
+                # Whatever went wrong, a dead informer would leave the controller blind: list afresh.
+                delay = backoff.next_delay()
+                log.exception("%s: unexpected failure; listing again in %.1f s", self.name, delay)
+                version = None
+                stopping.wait(delay)
 
     def stop(self) -> None:
         if self._watch is not None:

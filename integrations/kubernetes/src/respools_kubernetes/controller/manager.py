@@ -214,3 +214,7 @@ class Controller:
             action(*args)
         except (RespoolsError, ApiException, HTTPError, OSError, ValueError) as exc:
             log.warning("%s: %s", what, exc)
+        except Exception:
+            # An object shaped in a way this code did not foresee must not stop the controller for every
+            # other workload: log it with its traceback and go on.
+            log.exception("%s: unexpected failure", what)
