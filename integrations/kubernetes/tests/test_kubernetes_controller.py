@@ -634,3 +634,23 @@ def test_the_controller_heartbeats_an_admitted_workloads_lease(
     lease = admin.get_lease(lease_id)
     assert lease.state == RequestState.ACTIVE
     assert lease.expires_at > first
+
+
+def test_a_watch_resumes_from_the_version_its_last_bookmark_gave(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, pool: str
+) -> None:
+    bookmark = {
+        "type": "BOOKMARK",
+        "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": "4242"}},
+    }
+    watched_apiserver[kmock.action.WATCH, kmock.resource(PODS)][:1] << json.dumps(bookmark).encode() + b"\n"
+    made = controller()
+
+    def pod_watches() -> list[Any]:
+        return [r for r in watched_apiserver if str(r.url.path) == "/api/v1/pods" and r.params.get("watch") == "true"]
+
+    eventually(lambda: len(pod_watches()) >= 2)
+    first, second = pod_watches()[:2]
+    assert first.params["allowWatchBookmarks"] == "True"
+    assert second.params["resourceVersion"] == "4242"  # resumed, not listed again
+    assert made.workloads["Pod"].relists == 0
