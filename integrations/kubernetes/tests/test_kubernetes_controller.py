@@ -621,7 +621,7 @@ def test_the_controller_heartbeats_an_admitted_workloads_lease(
     watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
 ) -> None:
     spec = admin.get(f"/v1/pools/{pool}")
-    admin.put(f"/v1/pools/{pool}", {key: spec[key] for key in ("name", "stack", "settings")} | {"lease_ttl_s": 1.5})
+    admin.put(f"/v1/pools/{pool}", {key: spec[key] for key in ("name", "stack", "settings")} | {"lease_ttl_s": 1.0})
     watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
     watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-hb", {"nvidia.com/gpu": "1"}, pool=pool)
     controller()
@@ -629,7 +629,7 @@ def test_the_controller_heartbeats_an_admitted_workloads_lease(
     lease_id = notes(admitted)[names.LEASE_ID]
     first = admin.get_lease(lease_id).expires_at
 
-    time.sleep(4.0)  # well past the 1.5 s TTL: only heartbeats keep the lease
+    time.sleep(2.5)  # well past the 1 s TTL: only heartbeats keep the lease
 
     lease = admin.get_lease(lease_id)
     assert lease.state == RequestState.ACTIVE
