@@ -5,6 +5,10 @@ controllers where a workload needs them (the Job controller's pods, a kubelet's 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -654,3 +658,36 @@ def test_a_watch_resumes_from_the_version_its_last_bookmark_gave(
     assert first.params["allowWatchBookmarks"] == "True"
     assert second.params["resourceVersion"] == "4242"  # resumed, not listed again
     assert made.workloads["Pod"].relists == 0
+
+
+def test_the_console_script_runs_the_controller_until_sigterm(
+    watched_apiserver: kmock.KubernetesEmulator, server: ServerProcess, admin: Client, pool: str, tmp_path: Path
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 4)
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "mock", "cluster": {"server": str(watched_apiserver.url).rstrip("/")}}],
+        "users": [{"name": "mock", "user": {"token": "t"}}],
+        "contexts": [{"name": "mock", "context": {"cluster": "mock", "user": "mock"}}],
+        "current-context": "mock",
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(kubeconfig))
+    command = [
+        sys.executable,
+        "-m",
+        "respools_kubernetes.cli",
+        "controller",
+        "--kubeconfig",
+        str(tmp_path / "kubeconfig"),
+    ]
+    env = {**os.environ, "RESPOOLS_URL": server.url, "RESPOOLS_TOKEN": ADMIN_TOKEN}
+    with (tmp_path / "controller.log").open("wb") as log:
+        process = subprocess.Popen([*command, "--resync-s", "0.2"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        eventually(lambda: [e["host"]["name"] for e in admin.get(f"/v1/pools/{pool}/hosts")] == ["gpu-a"])
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=20)
+    assert code == 0, (tmp_path / "controller.log").read_text()
+    assert "leads" in (tmp_path / "controller.log").read_text()
