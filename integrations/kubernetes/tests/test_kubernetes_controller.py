@@ -297,7 +297,7 @@ def test_a_job_is_suspended_queued_then_admitted_on_the_granted_node(
     # It was held first: the controller suspended the Job before asking for the lease.
     patches = [r.data for r in watched_apiserver if r.method == "PATCH" and r.name == "train"]
     assert patches[0] == {"spec": {"suspend": True}}
-    assert "Admitted" in event_reasons(watched_apiserver, "train")
+    eventually(lambda: "Admitted" in event_reasons(watched_apiserver, "train"))  # recorded just after the write
     assert admin.get_lease(lease_id).state in (RequestState.ACTIVE, RequestState.GRANTED)
 
 
@@ -352,7 +352,7 @@ def test_a_gated_pod_waits_then_its_gate_is_lifted_on_grant(
     waiting = eventually(lambda: in_state(watched_apiserver, PODS, "notebook", "waiting"))
     assert "no_capacity" in notes(waiting)[names.REASON] or "waiting" in notes(waiting)[names.REASON]
     assert waiting["spec"]["schedulingGates"] == [{"name": "respools.io/admission"}]
-    assert "Waiting" in event_reasons(watched_apiserver, "notebook")
+    eventually(lambda: "Waiting" in event_reasons(watched_apiserver, "notebook"))  # recorded just after the write
 
     assert blocker.lease_id is not None
     admin.release(blocker.lease_id)
@@ -377,7 +377,11 @@ def test_bad_input_is_rejected_with_the_reason_once_not_retried(
         rejected = eventually(is_rejected)
         assert rejected["spec"]["suspend"] is True
         assert notes(rejected)[names.REASON]
-        assert "Rejected" in event_reasons(watched_apiserver, name)
+
+        def recorded(n: str = name) -> bool:
+            return "Rejected" in event_reasons(watched_apiserver, n)  # recorded just after the write
+
+        eventually(recorded)
     assert "'3g.40gb'" in notes(obj(watched_apiserver, JOBS, "mig"))[names.REASON]
     assert "no MIG slices" in notes(obj(watched_apiserver, JOBS, "mig"))[names.REASON]
     assert "largest node" in notes(obj(watched_apiserver, JOBS, "huge"))[names.REASON]
@@ -408,7 +412,7 @@ def test_preemption_warns_deletes_with_the_grace_left_holds_capacity_until_pods_
     assert noticed["spec"]["suspend"] is True  # suspended, not failed
     deletion = eventually(lambda: [r for r in watched_apiserver if r.method == "DELETE" and r.name == pod])
     assert 25 <= int(deletion[0].params["gracePeriodSeconds"]) <= 30
-    assert "Preempted" in event_reasons(watched_apiserver, "train")
+    eventually(lambda: "Preempted" in event_reasons(watched_apiserver, "train"))  # recorded just after the write
 
     # The pod is still terminating (its finalizer): the capacity stays with the preempted lease.
     waiter = admin.submit(
@@ -431,7 +435,7 @@ def test_preemption_warns_deletes_with_the_grace_left_holds_capacity_until_pods_
     assert admin.get_lease(first_lease).state == RequestState.PREEMPTED
     (request,) = requests_of(admin, "uid-pre")
     assert request.attempt == 1
-    assert "Requeued" in event_reasons(watched_apiserver, "train")
+    eventually(lambda: "Requeued" in event_reasons(watched_apiserver, "train"))  # recorded just after the write
     assert hostname_values(readmitted["spec"]["template"]["spec"]) == ["gpu-a"]  # placed afresh, not ANDed
 
 
