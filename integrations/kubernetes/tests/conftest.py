@@ -24,17 +24,31 @@ from respools_kubernetes.settings import KubernetesSettings
 from respools.model import Lease, PoolSpec
 
 LISTED_RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs")
+OTHER_RESOURCES = ("coordination.k8s.io/v1/leases", "v1/events")
 
 
 @pytest.fixture
 def apiserver() -> Iterator[kmock.KubernetesEmulator]:
+    """The emulator, with equality label selectors on lists (its lists then answer watches too)."""
+    yield from _serve(selecting=True)
+
+
+@pytest.fixture
+def watched_apiserver() -> Iterator[kmock.KubernetesEmulator]:
+    """The emulator as it is: lists and watches (which ignore selectors; a client must filter)."""
+    yield from _serve(selecting=False)
+
+
+def _serve(*, selecting: bool) -> Iterator[kmock.KubernetesEmulator]:
     loop = asyncio.new_event_loop()
     started: Future[tuple[kmock.KubernetesEmulator, asyncio.Event]] = Future()
 
     async def serve() -> None:
         stopping = asyncio.Event()
         async with kmock.KubernetesEmulator() as handler, kmock.Server(handler):
-            for resource in LISTED_RESOURCES:
+            for resource in (*LISTED_RESOURCES, *OTHER_RESOURCES):
+                handler.resources[resource] = kmock.ResourceInfo()
+            for resource in LISTED_RESOURCES if selecting else ():
                 handler[kmock.action.LIST, kmock.resource(resource)] << _selecting_list(handler, resource)
             started.set_result((handler, stopping))
             await stopping.wait()

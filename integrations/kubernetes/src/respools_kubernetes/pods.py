@@ -40,6 +40,23 @@ def apply_to_pod(pod: V1Pod, fragment: Mapping[str, Any], container: str | None 
 
     ``container`` names the container that runs the step; it may be left out when the pod has one.
     """
+    merged = apply_placement(pod, fragment)
+    assert merged.spec is not None  # apply_placement refuses a pod without one
+    _merge_scheduler(merged.spec, fragment.get("spec", {}).get("schedulerName"))
+    container_part = fragment.get("container", {})
+    target = _container(merged.spec, container)
+    _merge_resources(target, from_api_json(container_part.get("resources", {}), "V1ResourceRequirements"))
+    _merge_env(target, container_part.get("env", []))
+    return merged
+
+
+def apply_placement(pod: V1Pod, fragment: Mapping[str, Any]) -> V1Pod:
+    """A copy of ``pod`` with only the fragment's labels, annotations, node selection and tolerations.
+
+    These are the parts Kubernetes lets a controller change on a workload that already exists (a
+    suspended Job's template, a scheduling-gated Pod); container resources and the scheduler are fixed
+    at creation, so the controller admits workloads that already ask for their devices.
+    """
     merged: V1Pod = copy.deepcopy(pod)
     if merged.spec is None:
         raise BackendError("the pod has no spec to merge the lease into")
@@ -51,11 +68,6 @@ def apply_to_pod(pod: V1Pod, fragment: Mapping[str, Any], container: str | None 
     if "affinity" in spec_part:
         _merge_affinity(merged.spec, from_api_json(spec_part["affinity"], "V1Affinity"))
     _merge_tolerations(merged.spec, spec_part.get("tolerations", []))
-    _merge_scheduler(merged.spec, spec_part.get("schedulerName"))
-    container_part = fragment.get("container", {})
-    target = _container(merged.spec, container)
-    _merge_resources(target, from_api_json(container_part.get("resources", {}), "V1ResourceRequirements"))
-    _merge_env(target, container_part.get("env", []))
     return merged
 
 

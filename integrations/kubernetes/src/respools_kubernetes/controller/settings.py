@@ -1,0 +1,31 @@
+"""How the controller runs: where its leader Lease lives, how often it resyncs, how long its reports last."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    namespace: str = "respools-system"
+    """Where the leader-election Lease lives (the controller's own namespace)."""
+    lease_name: str = "respools-controller"
+    identity: str = field(default_factory=_identity)
+    lease_duration_s: float = 15.0
+    """A leader not heard from for this long is replaced (Kubernetes' own controllers use 15 s)."""
+    resync_s: float = 5.0
+    """Every workload is looked at again this often: heartbeats, waiting reasons, preemption deadlines.
+    Keep it well under the pools' lease TTL (60 s by default)."""
+    watch_timeout_s: int = 300
+    """A watch is reopened (from its resourceVersion) after this long, as client-go does."""
+    host_ttl_s: float = 120.0
+    """How long a Node's host report lives in the service without renewal; a controller that dies takes
+    its nodes out of the pools after this long."""
+    default_max_retries: int = 3
+    """Requeues of a preempted Job when the workload does not say (``respools.io/max-retries``)."""
