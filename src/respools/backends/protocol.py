@@ -5,11 +5,14 @@ entry-point group, so the core never imports them."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from respools.model import Form, Host, Lease, PoolSpec
+
+if TYPE_CHECKING:
+    from respools.backends.jobs import JobRunner
 
 
 class BackendError(ValueError):
@@ -62,3 +65,8 @@ class Backend(ABC):
     @abstractmethod
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         """Stop the workload of a lease whose preemption deadline passed."""
+
+    def job_runner(self, pool: PoolSpec) -> JobRunner | None:
+        """The runner that turns a lease into a job of the stack's own (``respools run --pool``), or ``None``
+        for stacks whose work runs in the holder's own process (local, Kubernetes pods)."""
+        return None

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+from respools.backends.jobs import JobLaunch
 from respools.backends.protocol import Backend, BackendError, Realization
 from respools.model import GPU, MILLI, Form, Host, Lease, PoolSpec, format_resources, is_mig_key
 from respools_vertex.accelerators import pool_accelerator
 from respools_vertex.jobs import JobClientFactory, cancel_lease_jobs, default_job_client, location
 from respools_vertex.machines import machine_for, valid_counts
 from respools_vertex.quota import CloudQuotas, QuotaSource
+from respools_vertex.runner import VertexJobRunner
 from respools_vertex.settings import VertexSettings, settings_of
 from respools_vertex.spec import custom_job_fragment, lease_label_value
 
@@ -26,8 +28,13 @@ class VertexBackend(Backend):
     forms: ClassVar[frozenset[Form]] = frozenset({Form.WHOLE})
 
     def __init__(
-        self, quota_source: QuotaSource | None = None, job_client_factory: JobClientFactory | None = None
+        self,
+        quota_source: QuotaSource | None = None,
+        job_client_factory: JobClientFactory | None = None,
+        *,
+        retry_backoff_s: float = 1.0,
     ) -> None:
+        self._retry_backoff_s = retry_backoff_s
         self._quota_source = quota_source or CloudQuotas()
         self._job_client_factory = job_client_factory or default_job_client
 
@@ -78,6 +85,16 @@ class VertexBackend(Backend):
         notes = [f"{count} x {accelerator} on {shape.machine_type}" + (" (Spot)" if settings.spot else "")]
         return Realization(backend=self.name, env={"RESPOOLS_LEASE_ID": lease.id}, native=native, notes=notes)
 
+    def job_runner(self, pool: PoolSpec) -> VertexJobRunner:
+        """Custom container jobs in the pool's project, on the machine :meth:`realize` gives each lease."""
+        settings = _with_project(pool)
+
+        def fragment(launch: JobLaunch) -> dict[str, Any]:
+            custom_job: dict[str, Any] = self.realize(launch.lease, launch.pool).native["custom_job"]
+            return custom_job
+
+        return VertexJobRunner(self._job_client_factory(settings), settings, fragment, backoff_s=self._retry_backoff_s)
+
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         settings = _with_project(pool)
         cancelled = cancel_lease_jobs(self._job_client_factory(settings), settings, lease_label_value(lease.id))
@@ -102,5 +119,5 @@ def _whole_gpus(lease: Lease) -> int:
 def _with_project(pool: PoolSpec) -> VertexSettings:
     settings = settings_of(pool)
     if settings.project is None:
-        raise BackendError(f"pool {pool.name!r}: stopping Vertex jobs needs settings.project")
+        raise BackendError(f"pool {pool.name!r}: running and stopping Vertex jobs needs settings.project")
     return settings
