@@ -38,6 +38,8 @@ class Backend(ABC):
 
     name: ClassVar[str]
     forms: ClassVar[frozenset[Form]]
+    runs_jobs: ClassVar[bool] = False
+    """Whether :meth:`job_runner` gives a runner: the stack runs a lease's work as a job of its own."""
 
     def validate_pool(self, pool: PoolSpec) -> None:
         """Refuse a pool that asks for a form this stack cannot express (raise :class:`BackendError`).

@@ -149,7 +149,7 @@ class JobRun:
         cancelled = False
         while not job.phase.terminal:
             if not cancelled and _cancel_due(holding):
-                why = "the lease ended" if holding.lost is not None else "preemption deadline reached"
+                why = "preemption deadline reached" if holding.notice is not None else "the lease ended"
                 self.say(f"{why}: cancelling job {job.job_id}")
                 runner.cancel(job.job_id)
                 cancelled = True

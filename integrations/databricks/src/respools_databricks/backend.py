@@ -29,6 +29,7 @@ class DatabricksBackend(Backend):
     :func:`respools_databricks.attach_to_job`."""
 
     name: ClassVar[str] = "databricks"
+    runs_jobs: ClassVar[bool] = True
     forms: ClassVar[frozenset[Form]] = frozenset({Form.WHOLE, Form.FRACTION})
 
     def __init__(self, workspace_factory: WorkspaceFactory | None = None, *, retry_backoff_s: float = 1.0) -> None:

@@ -25,6 +25,7 @@ class VertexBackend(Backend):
     merge it with :func:`respools_vertex.apply_to_custom_job`."""
 
     name: ClassVar[str] = "vertex"
+    runs_jobs: ClassVar[bool] = True
     forms: ClassVar[frozenset[Form]] = frozenset({Form.WHOLE})
 
     def __init__(
