@@ -68,6 +68,11 @@ class Backend(ABC):
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         """Stop the workload of a lease whose preemption deadline passed."""
 
+    def capacity_warnings(self, pool: PoolSpec) -> list[str]:
+        """Where the pool promises more than the stack can give (a provider's quota, its node types): said
+        at ``respools apply``, as warnings, since quota changes and the pool may be meant for later."""
+        return []
+
     def job_runner(self, pool: PoolSpec) -> JobRunner | None:
         """The runner that turns a lease into a job of the stack's own (``respools run --pool``), or ``None``
         for stacks whose work runs in the holder's own process (local, Kubernetes pods)."""

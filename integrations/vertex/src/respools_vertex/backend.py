@@ -74,6 +74,22 @@ class VertexBackend(Backend):
             return {GPU: settings.gpu_quota * MILLI}
         return {GPU: self._quota_source(settings, pool_accelerator(pool, settings)) * MILLI}
 
+    def capacity_warnings(self, pool: PoolSpec) -> list[str]:
+        """The pool's ``gpu`` capacity against the project's regional quota for its accelerator (read from
+        Google unless ``settings.gpu_quota`` states it)."""
+        promised = pool.capacity.get(GPU, 0) // MILLI
+        settings = settings_of(pool)
+        if settings.gpu_quota is None and settings.project is None:
+            return []
+        quota = self.capacity(pool)[GPU] // MILLI
+        if promised <= quota:
+            return []
+        accelerator = pool_accelerator(pool, settings)
+        return [
+            f"pool {pool.name!r} promises {promised} GPUs but the {accelerator} training quota in "
+            f"{settings.region} is {quota}: requests beyond it queue at Vertex AI, holding their leases"
+        ]
+
     def realize(self, lease: Lease, pool: PoolSpec) -> Realization:
         settings = settings_of(pool)
         count = _whole_gpus(lease)
