@@ -266,3 +266,25 @@ def test_respools_run_on_a_databricks_pool_is_preempted_requeued_and_finishes(
         ):
             assert shown in err, (shown, err)
         assert err.index("cancelled (TERMINATED/CANCELED)") < err.index("attempt 1: submitted job")
+
+
+def test_capacity_warning_when_the_workspace_has_no_gpu_node_type(make_pool: Callable[..., object]) -> None:
+    cpu_only = [
+        {
+            "node_type_id": "m5.xlarge",
+            "num_gpus": 0,
+            "num_cores": 4,
+            "memory_mb": 16384,
+            "description": "m5.xlarge",
+            "instance_type_id": "m5.xlarge",
+            "spark_version": "",
+            "category": "General Purpose",
+        }
+    ]
+    with FakeDatabricks(node_types=cpu_only) as fake:
+        pool = make_pool(capacity={"gpu": 8}, settings={"host": fake.host, "node_types": {}})
+        (warning,) = backend().capacity_warnings(pool)  # type: ignore[arg-type]
+        assert "lists no usable GPU node type" in warning
+        assert ("GET", "/api/2.1/clusters/list-node-types") in fake.calls
+        with_gpus = make_pool(capacity={"gpu": 8}, settings={"host": fake.host})
+        assert backend().capacity_warnings(with_gpus) == []  # type: ignore[arg-type]

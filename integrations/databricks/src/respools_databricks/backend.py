@@ -74,6 +74,20 @@ class DatabricksBackend(Backend):
             )
         return self._fraction(lease, settings, gpu)
 
+    def capacity_warnings(self, pool: PoolSpec) -> list[str]:
+        """Whether the workspace has GPU node types for the pool's whole GPUs (``settings.node_types``, else
+        the workspace's list): a pool whose GPUs no cluster can carry would grant leases that never run."""
+        if not pool.capacity.get(GPU, 0) // MILLI:
+            return []
+        settings = settings_of(pool)
+        sizes = self._facts.node_types(settings)
+        if not sizes:
+            return [
+                f"pool {pool.name!r}: the workspace {settings.host or '(default)'} lists no usable GPU node type; "
+                "whole-GPU leases could not become clusters (set settings.node_types, or enable GPU instances)"
+            ]
+        return []
+
     def job_runner(self, pool: PoolSpec) -> DatabricksJobRunner:
         """One-time runs in the pool's workspace, each on the job cluster :meth:`realize` gives its lease."""
         settings = settings_of(pool)
