@@ -280,3 +280,32 @@ def test_respools_run_on_a_vertex_pool_is_preempted_requeued_and_finishes(
         ):
             assert shown in err, (shown, err)
         assert err.index("cancelled (JOB_STATE_CANCELLED)") < err.index("attempt 1: submitted job")
+
+
+def test_a_job_whose_watch_fails_for_good_is_cancelled_before_the_lease_goes(vertex_pool: VertexPool) -> None:
+    with FakeVertex() as fake:
+        pool, client = vertex_pool(fake.endpoint)
+        fake.plan(RUNS_ON)
+        failures: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                job_run(client, pool, []).run()
+            except JobError as exc:
+                failures.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not any(f.job.state.name == "JOB_STATE_RUNNING" for f in fake.jobs.values()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        fake.fail(401)
+        thread.join(timeout=30)
+
+        (failure,) = failures
+        assert "Vertex AI get custom job" in str(failure)
+        (job,) = fake.jobs.values()
+        assert job.job.state.name == "JOB_STATE_CANCELLING"
+        (lease,) = client.list_leases()
+        assert lease.state == RequestState.RELEASED

@@ -123,7 +123,11 @@ class JobRun:
                 )
             else:
                 self.say(f"lease {lease.id}, attempt {lease.attempt}: found job {job.job_id} ({job.provider_state})")
-            final = self._watch(runner, holding, job)
+            try:
+                final = self._watch(runner, holding, job)
+            except BaseException:
+                _cancel_abandoned(runner, job)
+                raise
         finally:
             # Released only here, after the job is terminal (or watching failed for good: the lease then
             # ends with this process, as any holder's would).
@@ -159,6 +163,17 @@ class JobRun:
                 shown = job.phase
                 self.say(f"job {job.job_id} {job.phase.value} ({job.provider_state})")
         return job
+
+
+def _cancel_abandoned(runner: JobRunner, job: JobStatus) -> None:
+    """Watching ended early (Ctrl-C, the provider refusing for good): the lease is about to be released,
+    so the job must not run on in capacity nobody accounts for."""
+    try:
+        runner.cancel(job.job_id)
+    except JobError as exc:
+        log.warning("job %s: cancelling it failed (%s); stop it at the provider", job.job_id, exc)
+    else:
+        log.warning("job %s: watching it ended early, so it was cancelled", job.job_id)
 
 
 def _cancel_due(holding: Holding) -> bool:
