@@ -5,11 +5,14 @@ entry-point group, so the core never imports them."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from respools.model import Form, Host, Lease, PoolSpec
+
+if TYPE_CHECKING:
+    from respools.backends.jobs import JobRunner
 
 
 class BackendError(ValueError):
@@ -35,6 +38,8 @@ class Backend(ABC):
 
     name: ClassVar[str]
     forms: ClassVar[frozenset[Form]]
+    runs_jobs: ClassVar[bool] = False
+    """Whether :meth:`job_runner` gives a runner: the stack runs a lease's work as a job of its own."""
 
     def validate_pool(self, pool: PoolSpec) -> None:
         """Refuse a pool that asks for a form this stack cannot express (raise :class:`BackendError`).
@@ -71,4 +76,14 @@ class Backend(ABC):
         full TTL of the holder's silence (DESIGN §2.8), so answering ``None`` is always safe; answering
         evidence for a workload that still runs puts two workloads on one GPU. Runners that watch a job
         out of process confirm through ``POST /v1/leases/{id}/stopped`` (``Client.confirm_stopped``)."""
+        return None
+
+    def capacity_warnings(self, pool: PoolSpec) -> list[str]:
+        """Where the pool promises more than the stack can give (a provider's quota, its node types): said
+        at ``respools apply``, as warnings, since quota changes and the pool may be meant for later."""
+        return []
+
+    def job_runner(self, pool: PoolSpec) -> JobRunner | None:
+        """The runner that turns a lease into a job of the stack's own (``respools run --pool``), or ``None``
+        for stacks whose work runs in the holder's own process (local, Kubernetes pods)."""
         return None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from respools.cli import app
 from respools.cli.connection import TokenOption, UrlOption, api_errors, connect
@@ -41,6 +42,7 @@ from respools.definitions import (
 
 if TYPE_CHECKING:
     from respools.client import Client
+    from respools.model import PoolSpec
 
 
 def fetch_state(client: Client) -> ServerState:
@@ -103,6 +105,20 @@ def _refusal(source: Source, change: Change, exc: ApiError) -> Problem:
     return source.problem([*item.path, *at], message)
 
 
+def capacity_warnings(pools: list[PoolSpec]) -> list[str]:
+    """What each pool's backend says about capacity the stack may not give (Vertex quota); a backend that
+    cannot be loaded or asked is a warning too, never a failed apply."""
+    from respools.backends import get_backend
+
+    warnings: list[str] = []
+    for pool in pools:
+        try:
+            warnings += get_backend(pool.stack).capacity_warnings(pool)
+        except Exception as exc:  # quota APIs and credentials fail in many ways; apply goes on
+            warnings.append(f"pool {pool.name!r}: could not check its capacity on stack {pool.stack!r}: {exc}")
+    return warnings
+
+
 def _read(file: str) -> Source:
     if file == "-":
         return Source.parse(sys.stdin.read(), "<stdin>")
@@ -146,6 +162,8 @@ def apply_file(
     if problems:
         render_problems(errors, source, problems)
         raise typer.Exit(1)
+    for warning in capacity_warnings(doc.pools):
+        errors.print(f"[yellow]warning:[/yellow] {escape(warning)}", soft_wrap=True)
     plan = make_plan(desired_items(doc), current_items(state), prune=prune)
     if output == Format.TABLE:
         render_plan(console, plan, client.url, dry_run=dry_run)

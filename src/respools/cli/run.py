@@ -10,7 +10,7 @@ command's status, so it drops into scripts and batch systems in front of the rea
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -19,10 +19,16 @@ from respools.cli import app
 from respools.cli.connection import TokenOption, UrlOption, amounts, api_errors, pairs
 from respools.cli.output import errors
 
+if TYPE_CHECKING:
+    from respools.client import Client
+    from respools.model import RequestSpec
+
 RUN_HELP = (
     "Run a command holding a lease: [bold]respools run --gpu 1 -- python train.py[/bold]. "
     "Preemption reaches the command as SIGTERM, then SIGKILL at the deadline; with --max-retries it runs again "
-    "(RESPOOLS_ATTEMPT tells it which attempt). Exits with the command's status."
+    "(RESPOOLS_ATTEMPT tells it which attempt). Exits with the command's status. On a pool whose stack runs "
+    "jobs (vertex, databricks) the command runs there as a job: [bold]respools run --pool vertex-a100 --gpu 2 "
+    "--image IMAGE -- python train.py[/bold]; see docs/cloud-runners.md."
 )
 
 
@@ -59,6 +65,19 @@ def run(
     ] = None,
     label: Annotated[list[str] | None, typer.Option("--label", help="key=value (repeatable)")] = None,
     subject: Annotated[str | None, typer.Option(help="subject to request for (admin tokens)")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            "--image", help="container image of the job, on a pool whose stack runs jobs (vertex, databricks)"
+        ),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option("--idempotency-key", help="the same key finds the same request (and its job) after a restart"),
+    ] = None,
+    poll: Annotated[
+        float, typer.Option("--poll", min=0.01, help="seconds between looks at the job, on a stack that runs jobs")
+    ] = 5.0,
     progress: Annotated[
         bool | None, typer.Option("--progress/--no-progress", help="live wait line (default: on a terminal)")
     ] = None,
@@ -84,6 +103,7 @@ def run(
             max_retries=max_retries,
             labels=pairs(label, "--label"),
             subject=subject,
+            idempotency_key=idempotency_key,
             resources=amounts(resource, "--resource"),
         )
     except ValueError as exc:
@@ -92,6 +112,9 @@ def run(
         # The SDK's default retries, not the CLI's quick ones: heartbeats of a long run must ride out a
         # server restart.
         client = Client(url=url, token=token)
+        if image is not None or _runs_jobs(client, pool or []):
+            status = _run_as_job(client, spec, command, image, poll, retry_backoff, timeout, progress)
+            raise typer.Exit(status)
         supervisor = Supervisor(
             client,
             spec,
@@ -103,3 +126,54 @@ def run(
         )
         status = supervisor.run()
     raise typer.Exit(status)
+
+
+def _runs_jobs(client: Client, pools: list[str]) -> bool:
+    """Whether the named pools are on a stack that runs work as jobs of its own (through its backend plugin;
+    a plugin that does not load leaves ``respools run`` as it was)."""
+    from respools.backends import BackendError, get_backend
+    from respools.client.errors import ApiError
+
+    for name in pools:
+        try:
+            if get_backend(client.get_pool(name).stack).runs_jobs:
+                return True
+        except (BackendError, ApiError):  # an unknown pool is the server's to refuse, with its own message
+            continue
+    return False
+
+
+def _run_as_job(
+    client: Client,
+    spec: RequestSpec,
+    command: list[str],
+    image: str | None,
+    poll: float,
+    retry_backoff: float,
+    timeout: float | None,
+    progress: bool | None,
+) -> int:
+    """The command as the pool's provider job (:mod:`respools.client.jobs`); its result is the exit status."""
+    from respools.backends import BackendError
+    from respools.backends.jobs import JobError
+    from respools.client.jobs import JobRun
+    from respools.client.retry import Backoff
+
+    logging.getLogger("respools.client").setLevel(logging.INFO)  # queue position and reason as they change
+    run = JobRun(
+        client,
+        spec,
+        command,
+        image=image,
+        poll_s=poll,
+        backoff=Backoff(base_s=retry_backoff),
+        timeout=timeout,
+        progress=progress,
+        say=_say,
+    )
+    try:
+        outcome = run.run()
+    except (JobError, BackendError) as exc:
+        _say(f"error: {exc}")
+        return 1
+    return outcome.exit_status

@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+from respools.backends.jobs import JobLaunch
 from respools.backends.protocol import Backend, BackendError, Realization
 from respools.model import GPU, MILLI, Form, Host, Lease, PoolSpec, format_resources, is_mig_key
 from respools_databricks.node_types import cluster_shape
+from respools_databricks.runner import DatabricksJobRunner
 from respools_databricks.runs import active_lease_runs, cancel_lease_runs
 from respools_databricks.runtime import require_gpu_ml_runtime
 from respools_databricks.settings import DatabricksSettings, settings_of
@@ -27,9 +29,11 @@ class DatabricksBackend(Backend):
     :func:`respools_databricks.attach_to_job`."""
 
     name: ClassVar[str] = "databricks"
+    runs_jobs: ClassVar[bool] = True
     forms: ClassVar[frozenset[Form]] = frozenset({Form.WHOLE, Form.FRACTION})
 
-    def __init__(self, workspace_factory: WorkspaceFactory | None = None) -> None:
+    def __init__(self, workspace_factory: WorkspaceFactory | None = None, *, retry_backoff_s: float = 1.0) -> None:
+        self._retry_backoff_s = retry_backoff_s
         self._workspace_factory = workspace_factory or default_workspace
         self._facts = WorkspaceFacts(self._workspace_factory)
 
@@ -69,6 +73,36 @@ class DatabricksBackend(Backend):
                 "stack 'databricks' supports whole GPUs (a job cluster) or a fraction (a Spark task amount)"
             )
         return self._fraction(lease, settings, gpu)
+
+    def capacity_warnings(self, pool: PoolSpec) -> list[str]:
+        """Whether the workspace has GPU node types for the pool's whole GPUs (``settings.node_types``, else
+        the workspace's list): a pool whose GPUs no cluster can carry would grant leases that never run."""
+        if not pool.capacity.get(GPU, 0) // MILLI:
+            return []
+        settings = settings_of(pool)
+        sizes = self._facts.node_types(settings)
+        if not sizes:
+            return [
+                f"pool {pool.name!r}: the workspace {settings.host or '(default)'} lists no usable GPU node type; "
+                "whole-GPU leases could not become clusters (set settings.node_types, or enable GPU instances)"
+            ]
+        return []
+
+    def job_runner(self, pool: PoolSpec) -> DatabricksJobRunner:
+        """One-time runs in the pool's workspace, each on the job cluster :meth:`realize` gives its lease."""
+        settings = settings_of(pool)
+
+        def cluster(launch: JobLaunch) -> dict[str, Any]:
+            native = self.realize(launch.lease, launch.pool).native
+            if "job_cluster" not in native:
+                raise BackendError(
+                    f"lease {launch.lease.id}: respools run submits whole-GPU leases as job clusters; a fraction "
+                    "runs on the shared cluster, where a run is started by the job that owns it"
+                )
+            job_cluster: dict[str, Any] = native["job_cluster"]
+            return job_cluster
+
+        return DatabricksJobRunner(self._workspace_factory(settings), cluster, backoff_s=self._retry_backoff_s)
 
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         settings = settings_of(pool)

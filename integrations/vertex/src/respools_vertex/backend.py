@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any, ClassVar
 
+from respools.backends.jobs import JobLaunch
 from respools.backends.protocol import Backend, BackendError, Realization
 from respools.model import GPU, MILLI, Form, Host, Lease, PoolSpec, format_resources, is_mig_key
 from respools_vertex.accelerators import pool_accelerator
@@ -17,6 +18,7 @@ from respools_vertex.jobs import (
 )
 from respools_vertex.machines import machine_for, valid_counts
 from respools_vertex.quota import CloudQuotas, QuotaSource
+from respools_vertex.runner import VertexJobRunner
 from respools_vertex.settings import VertexSettings, settings_of
 from respools_vertex.spec import LEASE_LABEL, custom_job_fragment, lease_label_value
 
@@ -29,11 +31,17 @@ class VertexBackend(Backend):
     merge it with :func:`respools_vertex.apply_to_custom_job`."""
 
     name: ClassVar[str] = "vertex"
+    runs_jobs: ClassVar[bool] = True
     forms: ClassVar[frozenset[Form]] = frozenset({Form.WHOLE})
 
     def __init__(
-        self, quota_source: QuotaSource | None = None, job_client_factory: JobClientFactory | None = None
+        self,
+        quota_source: QuotaSource | None = None,
+        job_client_factory: JobClientFactory | None = None,
+        *,
+        retry_backoff_s: float = 1.0,
     ) -> None:
+        self._retry_backoff_s = retry_backoff_s
         self._quota_source = quota_source or CloudQuotas()
         self._job_client_factory = job_client_factory or default_job_client
 
@@ -72,6 +80,22 @@ class VertexBackend(Backend):
             return {GPU: settings.gpu_quota * MILLI}
         return {GPU: self._quota_source(settings, pool_accelerator(pool, settings)) * MILLI}
 
+    def capacity_warnings(self, pool: PoolSpec) -> list[str]:
+        """The pool's ``gpu`` capacity against the project's regional quota for its accelerator (read from
+        Google unless ``settings.gpu_quota`` states it)."""
+        promised = pool.capacity.get(GPU, 0) // MILLI
+        settings = settings_of(pool)
+        if settings.gpu_quota is None and settings.project is None:
+            return []
+        quota = self.capacity(pool)[GPU] // MILLI
+        if promised <= quota:
+            return []
+        accelerator = pool_accelerator(pool, settings)
+        return [
+            f"pool {pool.name!r} promises {promised} GPUs but the {accelerator} training quota in "
+            f"{settings.region} is {quota}: requests beyond it queue at Vertex AI, holding their leases"
+        ]
+
     def realize(self, lease: Lease, pool: PoolSpec) -> Realization:
         settings = settings_of(pool)
         count = _whole_gpus(lease)
@@ -83,6 +107,16 @@ class VertexBackend(Backend):
             native["location"] = location(settings)
         notes = [f"{count} x {accelerator} on {shape.machine_type}" + (" (Spot)" if settings.spot else "")]
         return Realization(backend=self.name, env={"RESPOOLS_LEASE_ID": lease.id}, native=native, notes=notes)
+
+    def job_runner(self, pool: PoolSpec) -> VertexJobRunner:
+        """Custom container jobs in the pool's project, on the machine :meth:`realize` gives each lease."""
+        settings = _with_project(pool)
+
+        def fragment(launch: JobLaunch) -> dict[str, Any]:
+            custom_job: dict[str, Any] = self.realize(launch.lease, launch.pool).native["custom_job"]
+            return custom_job
+
+        return VertexJobRunner(self._job_client_factory(settings), settings, fragment, backoff_s=self._retry_backoff_s)
 
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         settings = _with_project(pool)
@@ -117,5 +151,5 @@ def _whole_gpus(lease: Lease) -> int:
 def _with_project(pool: PoolSpec) -> VertexSettings:
     settings = settings_of(pool)
     if settings.project is None:
-        raise BackendError(f"pool {pool.name!r}: stopping Vertex jobs needs settings.project")
+        raise BackendError(f"pool {pool.name!r}: running and stopping Vertex jobs needs settings.project")
     return settings

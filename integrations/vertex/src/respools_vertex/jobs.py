@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform_v1
 
 from respools_vertex.settings import VertexSettings
@@ -32,10 +33,16 @@ _TERMINAL = _DONE - {aiplatform_v1.JobState.JOB_STATE_CANCELLING}
 
 
 def default_job_client(settings: VertexSettings) -> aiplatform_v1.JobServiceClient:
-    """The regional endpoint with the ambient Google credentials."""
-    return aiplatform_v1.JobServiceClient(
-        client_options={"api_endpoint": f"{settings.region}-aiplatform.googleapis.com"}
-    )
+    """The regional endpoint (or ``settings.api_endpoint``) with the ambient Google credentials; an
+    ``http://`` endpoint is a local emulator, called over REST without credentials."""
+    endpoint = settings.api_endpoint or f"{settings.region}-aiplatform.googleapis.com"
+    if endpoint.startswith("http://"):
+        return aiplatform_v1.JobServiceClient(
+            transport="rest",
+            credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]  # google-auth leaves it unannotated
+            client_options={"api_endpoint": endpoint},
+        )
+    return aiplatform_v1.JobServiceClient(client_options={"api_endpoint": endpoint})
 
 
 def location(settings: VertexSettings) -> str:

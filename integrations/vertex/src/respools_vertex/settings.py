@@ -25,6 +25,11 @@ class VertexSettings(BaseModel):
     gpu_quota: int | None = Field(
         default=None, ge=0, description="GPUs the pool may use; default: the project's quota, read from Google"
     )
+    api_endpoint: str | None = Field(
+        default=None,
+        description="Vertex AI API endpoint; default: {region}-aiplatform.googleapis.com. An http:// endpoint "
+        "is a local emulator and is called without credentials",
+    )
     quota_metric: str | None = Field(
         default=None, description="Vertex quota metric, for accelerators respools has no metric name for"
     )
