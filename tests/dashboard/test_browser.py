@@ -128,7 +128,11 @@ def test_a_preemption_shows_its_countdown_then_the_history_entry(sign_in: SignIn
     expect(row.locator(".reason")).to_have_text("admin")
     expect(page.locator(f'#sec-history tr[data-kind="preempting"][data-lease="{lease["id"]}"]')).to_be_visible()
 
-    # at the deadline the reconciler revokes the lease: it leaves the table and enters the history
+    # past the deadline the lease is overdue and keeps its GPUs (DESIGN §2.8): the row says so
+    expect(row.locator(".badge.overdue")).to_have_text(re.compile(r"^overdue "), timeout=10_000)
+    expect(page.locator(f'#sec-history tr[data-kind="overdue"][data-lease="{lease["id"]}"]')).to_be_visible()
+    # once its holder lets go, it leaves the table and its end enters the history
+    api.ok("POST", f"/v1/leases/{lease['id']}/release", token=world.token)
     preempted = page.locator(f'#sec-history tr[data-kind="preempted"][data-lease="{lease["id"]}"]')
     expect(preempted).to_be_visible(timeout=10_000)
     expect(preempted.locator(".reason")).to_have_text("admin")
