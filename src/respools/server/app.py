@@ -17,6 +17,7 @@ from respools import __version__
 from respools.server import dashboard
 from respools.server.errors import install_error_handlers
 from respools.server.gc_tuning import tune_for_serving
+from respools.server.input_guard import InputGuard
 from respools.server.log_format import configure_logging
 from respools.server.metrics import Metrics
 from respools.server.routes import events, health, leases, policies, pools, requests, reservations, subjects, tokens
@@ -123,7 +124,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (requests, leases, pools, policies, subjects, reservations, tokens, events, health):
         add_routes(app, module.router)
     app.include_router(dashboard.router)
-    app.add_middleware(HttpMetricsMiddleware, metrics=services.metrics)
+    app.add_middleware(InputGuard, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(HttpMetricsMiddleware, metrics=services.metrics)  # outermost: counts the guard's answers
     return app
 
 
