@@ -20,7 +20,18 @@ from respools.server.gc_tuning import tune_for_serving
 from respools.server.input_guard import InputGuard
 from respools.server.log_format import configure_logging
 from respools.server.metrics import Metrics
-from respools.server.routes import events, health, leases, policies, pools, requests, reservations, subjects, tokens
+from respools.server.routes import (
+    definitions,
+    events,
+    health,
+    leases,
+    policies,
+    pools,
+    requests,
+    reservations,
+    subjects,
+    tokens,
+)
 from respools.server.services import Services
 from respools.server.settings import Settings
 
@@ -38,6 +49,7 @@ TAGS = [
     {"name": "subjects", "description": "Teams, projects or components that consume capacity."},
     {"name": "reservations", "description": "Guaranteed capacity in a time window."},
     {"name": "tokens", "description": "Bearer tokens and roles (admin, subject, viewer)."},
+    {"name": "definitions", "description": "Many definition changes at once, all or nothing (`respools apply`)."},
     {"name": "events", "description": "The log of grants, rejections, preemptions, expiries and requeues."},
     {"name": "operations", "description": "Health, readiness and Prometheus metrics."},
 ]
@@ -121,7 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     services = Services.build(settings)
     app.state.services = services
     install_error_handlers(app)
-    for module in (requests, leases, pools, policies, subjects, reservations, tokens, events, health):
+    for module in (requests, leases, pools, policies, subjects, reservations, tokens, definitions, events, health):
         add_routes(app, module.router)
     app.include_router(dashboard.router)
     app.add_middleware(InputGuard, max_body_bytes=settings.max_body_bytes)
