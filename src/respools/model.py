@@ -40,6 +40,13 @@ UNBOUNDED_WHEN_UNMETERED = frozenset({MCPU, MEMORY_MB, STEP_RUN})
 """Keys a pool that does not meter them treats as unbounded (DESIGN §2.1): CPU, memory and step slots
 are usually the orchestrator's business, GPUs never are."""
 
+MAX_GPUS = 1_000_000
+"""No pool or request holds more GPUs than this (a million: well past any fleet)."""
+MAX_AMOUNT = (1 << 53) - 1
+"""Every other amount is a whole number JSON carries exactly and a 64-bit column holds."""
+MAX_KEYS = 64
+MAX_KEY_LENGTH = 100
+
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9][a-z0-9_.-]*)?$")
 
 
@@ -65,6 +72,9 @@ def _parse_amount(key: str, value: Any) -> int:
         raise ValueError(f"amount of {key!r} must be a number, got {value!r}") from None
     if not math.isfinite(number) or number < 0:
         raise ValueError(f"amount of {key!r} must be a finite number >= 0, got {value!r}")
+    most = MAX_GPUS if key == GPU else MAX_AMOUNT
+    if number > most:
+        raise ValueError(f"amount of {key!r} must be at most {most:g}, got {value!r}")
     if key == GPU:
         milli = round(number * MILLI)
         if abs(milli - number * MILLI) > 1e-6:
@@ -83,6 +93,12 @@ class Resources(dict[str, int]):
     always read as the wire format (``{"gpu": 0.5}``)."""
 
 
+def _shown(value: Any) -> str:
+    """A value for an error message, cut short: an answer never echoes a 10,000-character input."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
 def parse_resources(raw: Any) -> dict[str, int]:
     """Parse a wire vector (``{"gpu": 0.5, "mcpu": 4000}``) into integer units, rejecting bad keys."""
     if isinstance(raw, Resources):
@@ -91,12 +107,14 @@ def parse_resources(raw: Any) -> dict[str, int]:
         return {}
     if not isinstance(raw, dict):
         raise ValueError("resources must be a mapping of resource key to amount")
+    if len(raw) > MAX_KEYS:
+        raise ValueError(f"at most {MAX_KEYS} resource keys, got {len(raw)}")
     out: dict[str, int] = {}
     for key, value in raw.items():
-        if not isinstance(key, str) or not _KEY_RE.match(key):
+        if not isinstance(key, str) or len(key) > MAX_KEY_LENGTH or not _KEY_RE.match(key):
             raise ValueError(
-                f"invalid resource key {key!r}: use lowercase names such as 'gpu', 'mig.3g.40gb', "
-                "'mcpu', 'memory_mb', 'step_run' or a custom key like 'tensorrt_sessions'"
+                f"invalid resource key {_shown(key)}: use lowercase names of at most {MAX_KEY_LENGTH} characters "
+                "such as 'gpu', 'mig.3g.40gb', 'mcpu', 'memory_mb', 'step_run' or a custom key like 'tensorrt_sessions'"
             )
         amount = _parse_amount(key, value)
         if amount:
@@ -209,24 +227,40 @@ class EventKind(StrEnum):
 _NAME_RE = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
 Name = Annotated[str, Field(pattern=_NAME_RE, description="lowercase letters, digits, '.', '_' or '-'")]
 
+# Bounds every field of the API shares (the same hold in `respools apply` files, whose fields are these).
+# Text the store cannot hold (U+0000) is refused before any schema sees it (``server/input_guard.py``).
+MAX_PRIORITY = 1_000_000_000
+"""Priorities are compared, never summed: a billion levels either way is more than any policy needs,
+and keeps them in a 32-bit column."""
+MAX_SECONDS = 366 * 86400.0
+"""The longest duration any field takes (a runtime, a window): a year."""
+ShortText = Annotated[str, Field(min_length=1, max_length=200)]
+"""Identifiers others chose: GPU UUIDs, model names, MIG profiles, GPU classes."""
+Note = Annotated[str, Field(max_length=1000)]
+LabelKey = Annotated[str, Field(min_length=1, max_length=253)]
+LabelValue = Annotated[str, Field(max_length=2048)]
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64, description="at most 64 entries")]
+Priority = Annotated[int, Field(ge=-MAX_PRIORITY, le=MAX_PRIORITY)]
+PositiveSeconds = Annotated[float, Field(gt=0, le=MAX_SECONDS)]
+
 
 class _Schema(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False, frozen=False)
 
 
 class MigInstance(_Schema):
-    uuid: str = Field(min_length=1)
-    profile: str = Field(min_length=1, description="MIG profile name, e.g. '3g.40gb'")
+    uuid: ShortText
+    profile: ShortText = Field(description="MIG profile name, e.g. '3g.40gb'")
 
 
 class Gpu(_Schema):
-    uuid: str = Field(min_length=1)
-    index: int = Field(ge=0)
-    model: str = Field(min_length=1, description="product name as the driver reports it")
-    memory_mb: int = Field(gt=0)
+    uuid: ShortText
+    index: int = Field(ge=0, le=1023)
+    model: ShortText = Field(description="product name as the driver reports it")
+    memory_mb: int = Field(gt=0, le=1 << 30)
     mig_enabled: bool = False
-    mig_instances: list[MigInstance] = Field(default_factory=list)
-    attributes: dict[str, str] = Field(default_factory=dict)
+    mig_instances: list[MigInstance] = Field(default_factory=list, max_length=64)
+    attributes: Labels = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _mig_instances_need_mig_mode(self) -> Gpu:
@@ -237,31 +271,33 @@ class Gpu(_Schema):
 
 class Host(_Schema):
     name: Name
-    gpus: list[Gpu] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
+    gpus: list[Gpu] = Field(default_factory=list, max_length=64)
+    labels: Labels = Field(default_factory=dict)
 
 
 class PoolSpec(_Schema):
     """A pool as a platform team defines it."""
 
     name: Name
-    stack: str = Field(default="local", description="backend name (entry point in 'respools.backends')")
+    stack: str = Field(
+        default="local", pattern=_NAME_RE, description="backend name (entry point in 'respools.backends')"
+    )
     capacity: ResourceVector = Field(
         default_factory=dict,
         description="metered keys; with an inventory, gpu and mig.* are derived from it",
     )
-    inventory: list[Host] | None = None
+    inventory: list[Host] | None = Field(default=None, max_length=10_000)
     forms: list[Form] | None = Field(
         default=None, description="forms this pool hands out; default: all its backend can express"
     )
-    gpu_class: str | None = Field(default=None, description="GPU class of a pool without inventory")
-    settings: dict[str, Any] = Field(default_factory=dict, description="backend-specific settings")
-    preemption_grace_s: float = Field(default=60.0, ge=0)
+    gpu_class: ShortText | None = Field(default=None, description="GPU class of a pool without inventory")
+    settings: dict[str, Any] = Field(default_factory=dict, max_length=64, description="backend-specific settings")
+    preemption_grace_s: float = Field(default=60.0, ge=0, le=86400)
     fair_share_preemption: bool = False
-    lease_ttl_s: float = Field(default=60.0, gt=0)
-    init_timeout_s: float = Field(default=600.0, gt=0)
+    lease_ttl_s: float = Field(default=60.0, gt=0, le=86400)
+    init_timeout_s: float = Field(default=600.0, gt=0, le=7 * 86400)
     draining: bool = False
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _inventory_is_consistent(self) -> PoolSpec:
@@ -301,8 +337,8 @@ class Pool(PoolSpec):
 
 class Subject(_Schema):
     name: Name
-    display_name: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
+    display_name: str | None = Field(default=None, max_length=200)
+    labels: Labels = Field(default_factory=dict)
 
 
 class PolicySpec(_Schema):
@@ -310,8 +346,8 @@ class PolicySpec(_Schema):
     pool: Name
     reserved: ResourceVector = Field(default_factory=dict)
     limit: ResourceVector | None = Field(default=None, description="absent = the pool's total")
-    priority: int = 0
-    weight: float = Field(default=1.0, ge=0)
+    priority: Priority = 0
+    weight: float = Field(default=1.0, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
     def _reserved_within_limit(self) -> PolicySpec:
@@ -337,7 +373,7 @@ class ReservationSpec(_Schema):
     resources: ResourceVector
     start: datetime
     end: datetime
-    note: str | None = None
+    note: Note | None = None
 
     @model_validator(mode="after")
     def _window_is_ordered(self) -> ReservationSpec:
@@ -364,14 +400,14 @@ class RequestSpec(_Schema):
     resources: ResourceVector
     replicas: int = Field(default=1, ge=1, le=1024, description="gang size: hosts, all or nothing")
     preemptible: bool = False
-    priority: int = Field(default=0, description="request priority within the subject")
-    pools: list[Name] | None = Field(default=None, description="candidate pools; default: all policies")
-    gpu_class: str | None = None
-    selectors: dict[str, str] = Field(default_factory=dict, description="host labels / GPU attributes")
-    labels: dict[str, str] = Field(default_factory=dict, description="pipeline, run, step, user…")
-    idempotency_key: str | None = Field(default=None, max_length=200)
+    priority: Priority = Field(default=0, description="request priority within the subject")
+    pools: list[Name] | None = Field(default=None, max_length=64, description="candidate pools; default: all policies")
+    gpu_class: ShortText | None = None
+    selectors: Labels = Field(default_factory=dict, description="host labels / GPU attributes")
+    labels: Labels = Field(default_factory=dict, description="pipeline, run, step, user…")
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
     max_retries: int = Field(default=0, ge=0, le=100)
-    max_runtime_s: float | None = Field(default=None, gt=0)
+    max_runtime_s: PositiveSeconds | None = None
 
     @field_validator("resources")
     @classmethod

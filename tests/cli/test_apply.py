@@ -214,3 +214,16 @@ def test_apply_reads_stdin_and_reports_json(cli: Cli) -> None:
     assert json.loads(result.stdout)["changes"] == [
         {"action": "create", "kind": "subject", "name": f"stdin-{s}", "fields": []}
     ]
+
+
+def test_a_refused_change_leaves_the_service_as_it_was(cli: Cli, tmp_path: Path) -> None:
+    """The policy (third in the plan) reserves more than the pool holds: the pool and subject before it,
+    and the reservation and token after it, are not applied either; the same file fixed applies whole."""
+    s = suffix()
+    before = {kind: cli.json(kind, "list") for kind in ("pool", "subject", "token")}
+    bad = TEMPLATE.format(s=s).replace("reserved: {gpu: 2}", "reserved: {gpu: 9}").replace("limit: {gpu: 6}", "")
+    result = cli.run("apply", "-f", str(write(tmp_path, bad)), code=1)
+    assert "Nothing was applied" in result.stderr and "was refused (422)" in result.stderr
+    assert {kind: cli.json(kind, "list") for kind in ("pool", "subject", "token")} == before
+    applied = cli.json("apply", "-f", str(write(tmp_path, TEMPLATE.format(s=s))))
+    assert len(applied["changes"]) == 5 and len(applied["tokens"]) == 1

@@ -2,13 +2,14 @@
 
 Read and validate the file (every problem located at its line), fetch the server's pools, subjects,
 policies, reservations and tokens, plan the changes (:mod:`respools.definitions`), show them, and carry
-them out in the plan's order. A second apply of the same file finds nothing to change. A refusal by the
-server stops the apply there and is reported at the line of the field it names; what was applied before
-stays applied, and running the apply again after fixing the file converges.
+them out in the plan's order, all in one call the service applies in one transaction. A second apply of
+the same file finds nothing to change. A refusal by the server changes nothing at all and is reported at
+the line of the field it names.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,34 +63,43 @@ def _surviving(state: ServerState, plan_prune: bool) -> tuple[set[str], set[str]
     return {p["name"] for p in state.pools}, {s["name"] for s in state.subjects}
 
 
-def _object_path(change: Change) -> str:
-    item = change.desired or change.current
-    assert item is not None
-    if change.kind == Kind.POLICY:
-        subject, pool = change.key.split("@", 1)
-        return f"/v1/policies/{pool}/{subject}"
-    if change.kind in (Kind.RESERVATION, Kind.TOKEN):
-        return f"/v1/{change.kind.value}s/{change.current.ref if change.current else ''}"
-    return f"/v1/{change.kind.value}s/{change.key}"
+_PUT = {Kind.POOL: "put_pool", Kind.SUBJECT: "put_subject", Kind.POLICY: "put_policy"}
+_CREATE = {Kind.RESERVATION: "create_reservation", Kind.TOKEN: "issue_token"}
+_DELETE = {
+    Kind.POOL: "delete_pool",
+    Kind.SUBJECT: "delete_subject",
+    Kind.POLICY: "delete_policy",
+    Kind.RESERVATION: "delete_reservation",
+    Kind.TOKEN: "revoke_token",
+}
 
 
-def execute(client: Client, change: Change) -> dict[str, Any] | None:
-    """Carry out one change; returns an issued token (with its secret) when one was created."""
-    path = _object_path(change)
+def operations(change: Change) -> list[dict[str, Any]]:
+    """The change as the service's atomic apply takes it (``POST /v1/definitions/apply``): a replacement
+    is a deletion and a creation."""
+    ops: list[dict[str, Any]] = []
     if change.action in (Action.DELETE, Action.REPLACE):
-        client.delete(path)
+        ops.append(_deletion(change))
     if change.action == Action.DELETE:
-        return None
+        return ops
     assert change.desired is not None
     body = request_body(change.desired, change.current)
-    if change.kind == Kind.RESERVATION:
-        client.post("/v1/reservations", json=body)
-        return None
-    if change.kind == Kind.TOKEN:
-        issued: dict[str, Any] = client.post("/v1/tokens", json=body)
-        return {"name": change.key, "id": issued["id"], "subject": issued.get("subject"), "token": issued["token"]}
-    client.put(path, json=body)
-    return None
+    ops.append({"op": _PUT.get(change.kind) or _CREATE[change.kind], "spec": body})
+    return ops
+
+
+def _deletion(change: Change) -> dict[str, Any]:
+    op = _DELETE[change.kind]
+    if change.kind == Kind.POLICY:
+        subject, pool = change.key.split("@", 1)
+        return {"op": op, "pool": pool, "subject": subject}
+    if change.kind in (Kind.RESERVATION, Kind.TOKEN):
+        assert change.current is not None and change.current.ref is not None
+        return {"op": op, "id": change.current.ref}
+    return {"op": op, "name": change.key}
+
+
+_CHANGE_FIELD = re.compile(r"^changes\[(?P<index>\d+)\](?:\.spec)?\.?(?P<field>.*)$")
 
 
 def _refusal(source: Source, change: Change, exc: ApiError) -> Problem:
@@ -200,20 +210,33 @@ def apply(
 
 
 def _carry_out(client: Client, source: Source, plan: Plan) -> list[dict[str, Any]]:
-    issued: list[dict[str, Any]] = []
+    """The whole plan in one call, which the service applies in one transaction: a refusal leaves the
+    service as it was, and is placed at the line of the field it names."""
+    ops: list[dict[str, Any]] = []
+    owner: list[Change] = []  # the plan change each op carries out
+    for change in plan.changes:
+        for op in operations(change):
+            ops.append(op)
+            owner.append(change)
+    if not ops:
+        return []
     with api_errors():  # unreachable service and the like; refusals are placed in the file below
-        for done, change in enumerate(plan.changes):
-            try:
-                token = execute(client, change)
-            except ApiError as exc:
-                render_problems(errors, source, [_refusal(source, change, exc)])
-                errors.print(
-                    f"{done} of {len(plan.changes)} change(s) were applied before this one; "
-                    "fix the file and apply again."
-                )
-                raise typer.Exit(1) from None
-            if token is not None:
-                issued.append(token)
+        try:
+            applied: dict[str, Any] = client.post("/v1/definitions/apply", json={"changes": ops})
+        except ApiError as exc:
+            match = _CHANGE_FIELD.match(exc.field or "")
+            change = owner[int(match.group("index"))] if match else plan.changes[0]
+            located = ApiError(exc.status, exc.detail, (match.group("field") or None) if match else exc.field)
+            render_problems(errors, source, [_refusal(source, change, located)])
+            errors.print("Nothing was applied: fix the file and apply again.")
+            raise typer.Exit(1) from None
+    issued = []
+    for change, result in zip(owner, applied["results"], strict=True):
+        if result["op"] == "issue_token":
+            token = result["result"]
+            issued.append(
+                {"name": change.key, "id": token["id"], "subject": token.get("subject"), "token": token["token"]}
+            )
     return issued
 
 

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 
 from respools.cli.output import errors
@@ -82,3 +83,31 @@ def amounts(values: list[str] | None, option: str) -> dict[str, float]:
         except ValueError:
             raise typer.BadParameter(f"{key}={text}: the amount must be a number", param_hint=option) from None
     return {k: (int(v) if v.is_integer() else v) for k, v in out.items()}
+
+
+SPEC_FLAGS = {
+    "labels": "--label",
+    "pools": "--pool",
+    "priority": "--priority",
+    "max_retries": "--max-retries",
+    "idempotency_key": "--idempotency-key",
+    "subject": "--subject",
+    "resources": "--resource",
+}
+"""The flag of ``respools run`` that sets each field of a request spec."""
+
+
+def refused_spec(exc: ValueError) -> typer.BadParameter:
+    """A spec the model refused, said as the API says it (the flag at fault, what is allowed, how to fix
+    it), never as pydantic's own report with its link."""
+    if not isinstance(exc, ValidationError):
+        return typer.BadParameter(str(exc))
+    error = exc.errors()[0]
+    loc = [str(part) for part in error.get("loc", ())]
+    message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+    flag = SPEC_FLAGS.get(loc[0]) if loc else None
+    if flag == "--resource" and message.startswith(("amount of 'gpu'", "gpu amounts")):
+        flag = "--gpu"
+    elif flag == "--resource" and message.startswith("amount of 'mig."):
+        flag = "--mig"
+    return typer.BadParameter(f"{message} (see respools run --help)", param_hint=flag)

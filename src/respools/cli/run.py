@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from respools.cli import app
-from respools.cli.connection import TokenOption, UrlOption, amounts, api_errors, pairs
+from respools.cli.connection import TokenOption, UrlOption, amounts, api_errors, pairs, refused_spec
 from respools.cli.output import errors
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def run(
             resources=amounts(resource, "--resource"),
         )
     except ValueError as exc:
-        raise typer.BadParameter(str(exc).splitlines()[-1] if "\n" in str(exc) else str(exc)) from None
+        raise refused_spec(exc) from None
     with api_errors():
         # The SDK's default retries, not the CLI's quick ones: heartbeats of a long run must ride out a
         # server restart.

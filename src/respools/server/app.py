@@ -17,9 +17,21 @@ from respools import __version__
 from respools.server import dashboard
 from respools.server.errors import install_error_handlers
 from respools.server.gc_tuning import tune_for_serving
+from respools.server.input_guard import InputGuard
 from respools.server.log_format import configure_logging
 from respools.server.metrics import Metrics
-from respools.server.routes import events, health, leases, policies, pools, requests, reservations, subjects, tokens
+from respools.server.routes import (
+    definitions,
+    events,
+    health,
+    leases,
+    policies,
+    pools,
+    requests,
+    reservations,
+    subjects,
+    tokens,
+)
 from respools.server.services import Services
 from respools.server.settings import Settings
 
@@ -37,6 +49,7 @@ TAGS = [
     {"name": "subjects", "description": "Teams, projects or components that consume capacity."},
     {"name": "reservations", "description": "Guaranteed capacity in a time window."},
     {"name": "tokens", "description": "Bearer tokens and roles (admin, subject, viewer)."},
+    {"name": "definitions", "description": "Many definition changes at once, all or nothing (`respools apply`)."},
     {"name": "events", "description": "The log of grants, rejections, preemptions, expiries and requeues."},
     {"name": "operations", "description": "Health, readiness and Prometheus metrics."},
 ]
@@ -120,10 +133,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     services = Services.build(settings)
     app.state.services = services
     install_error_handlers(app)
-    for module in (requests, leases, pools, policies, subjects, reservations, tokens, events, health):
+    for module in (requests, leases, pools, policies, subjects, reservations, tokens, definitions, events, health):
         add_routes(app, module.router)
     app.include_router(dashboard.router)
-    app.add_middleware(HttpMetricsMiddleware, metrics=services.metrics)
+    app.add_middleware(InputGuard, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(HttpMetricsMiddleware, metrics=services.metrics)  # outermost: counts the guard's answers
     return app
 
 

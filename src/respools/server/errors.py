@@ -138,10 +138,16 @@ async def _on_unavailable(_: Request, exc: Exception) -> JSONResponse:
     return error_response(503, "the database is unavailable; retry shortly", headers={"Retry-After": "1"})
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+def unexpected_response(path: str) -> JSONResponse:
+    """A 500 for an exception no handler knew, logged (with its traceback, so call it in the ``except``)
+    under an incident id the answer names."""
     incident = uuid.uuid4().hex[:12]
-    log.exception("unhandled error", extra={"incident": incident, "path": request.url.path})
+    log.exception("unhandled error", extra={"incident": incident, "path": path})
     return error_response(500, f"internal error (incident {incident}); the server log has the details")
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    return unexpected_response(request.url.path)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -4,10 +4,23 @@ vocabulary — pools, requests, leases, events — lives in :mod:`respools.model
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from respools.model import Host, Name, ResourceVector, Role
+from respools.model import (
+    Host,
+    Name,
+    Policy,
+    PolicySpec,
+    Pool,
+    PoolSpec,
+    Reservation,
+    ReservationSpec,
+    ResourceVector,
+    Role,
+    Subject,
+)
 
 
 class _Body(BaseModel):
@@ -111,3 +124,88 @@ class Health(_Body):
     schema_revision: str | None = None
     reconciler: str | None = Field(default=None, description="leader, follower, disabled or stalled")
     detail: str | None = None
+
+
+# Definition changes applied together (``POST /v1/definitions/apply``): one op per single-object change
+# the API also offers on its own, so a batch means exactly what its calls would, one after the other.
+
+
+class PutPool(_Body):
+    op: Literal["put_pool"]
+    spec: PoolSpec
+
+
+class DeletePool(_Body):
+    op: Literal["delete_pool"]
+    name: Name
+
+
+class PutSubject(_Body):
+    op: Literal["put_subject"]
+    spec: Subject
+
+
+class DeleteSubject(_Body):
+    op: Literal["delete_subject"]
+    name: Name
+
+
+class PutPolicy(_Body):
+    op: Literal["put_policy"]
+    spec: PolicySpec
+
+
+class DeletePolicy(_Body):
+    op: Literal["delete_policy"]
+    pool: Name
+    subject: Name
+
+
+class CreateReservation(_Body):
+    op: Literal["create_reservation"]
+    spec: ReservationSpec
+
+
+class DeleteReservation(_Body):
+    op: Literal["delete_reservation"]
+    id: str = Field(min_length=1, max_length=64)
+
+
+class IssueToken(_Body):
+    op: Literal["issue_token"]
+    spec: TokenSpec
+
+
+class RevokeToken(_Body):
+    op: Literal["revoke_token"]
+    id: str = Field(min_length=1, max_length=64)
+
+
+DefinitionChange = Annotated[
+    PutPool
+    | DeletePool
+    | PutSubject
+    | DeleteSubject
+    | PutPolicy
+    | DeletePolicy
+    | CreateReservation
+    | DeleteReservation
+    | IssueToken
+    | RevokeToken,
+    Field(discriminator="op"),
+]
+
+
+class DefinitionChanges(_Body):
+    changes: list[DefinitionChange] = Field(min_length=1, max_length=1000)
+
+
+class AppliedChange(_Body):
+    op: str
+    result: Pool | Subject | Policy | Reservation | IssuedToken | None = Field(
+        description="the object as stored (an issued token with its secret, shown once); null for a deletion"
+    )
+
+
+class AppliedChanges(_Body):
+    results: list[AppliedChange]

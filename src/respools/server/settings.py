@@ -20,6 +20,10 @@ def default_database_url() -> str:
     return f"sqlite:///{data_dir / 'respools.db'}"
 
 
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Large enough for a pool whose inventory lists thousands of GPUs, far below what would hurt."""
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -31,6 +35,9 @@ class Settings(BaseModel):
     election_interval_s: float = Field(default=1.0, gt=0, description="how often followers try to lead")
     host_ttl_s: float = Field(default=90.0, gt=0, description="default lifetime of an agent's host report")
     max_wait_s: float = Field(default=300.0, gt=0, description="longest long-poll a client may ask for")
+    max_body_bytes: int = Field(
+        default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=1 << 30, description="largest request body accepted (413 above)"
+    )
     token_cache_ttl_s: float = Field(default=30.0, ge=0)
     worker_threads: int = Field(default=8, ge=1, description="threads running blocking store calls")
     db_pool_size: int = Field(default=10, ge=1)

@@ -36,6 +36,10 @@ JOINED = -1
 """Where a batch is while its kinds run together (see :mod:`.joined`), in place of a work's index."""
 
 
+_unit = threading.local()
+"""The transaction of the unit of work this thread is in, if any (``Database.write_unit``)."""
+
+
 class DatabaseUnavailable(RuntimeError):
     """The database could not be reached or kept failing; the API answers 503."""
 
@@ -117,10 +121,28 @@ class Database:
         an fsync, ~4 ms here). Only for changes whose loss in a *database* crash errs on the safe side —
         a heartbeat, a release: the lease would look alive a little longer and then expire. A grant never
         relies on such a change being lost: the grant's own durable commit flushes all WAL before it."""
+        enclosing: Tx | None = getattr(_unit, "tx", None)
+        if enclosing is not None:
+            return work(enclosing)  # part of a unit of work: its transaction commits or rolls back whole
         (outcome,) = self.write_batch([work], durable=durable)
         if isinstance(outcome, Failed):
             raise outcome.error
         return outcome
+
+    def write_unit(self, work: Callable[[Tx], T]) -> T:
+        """Run ``work`` in one transaction in which every :meth:`write` it makes, directly or through
+        the ``ops`` functions, joins that transaction: all of it commits, or none of it (a raise rolls
+        it all back). Atomic multi-object changes (``respools apply``) are made of the same single-object
+        operations as the API's own routes."""
+
+        def unit(tx: Tx) -> T:
+            _unit.tx = tx
+            try:
+                return work(tx)
+            finally:
+                _unit.tx = None
+
+        return self.write(unit)
 
     def write_batch(self, works: Sequence[Callable[[Tx], T]], *, durable: bool = True) -> list[T | Failed]:
         """Run several callers' ``works`` in one transaction and one commit (group commit).

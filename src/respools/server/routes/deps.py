@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 from fastapi.security import HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
@@ -12,6 +12,12 @@ from respools.model import ErrorBody
 from respools.server.auth import require_admin, unauthenticated
 from respools.server.schemas import Principal
 from respools.server.services import Services
+
+NameFilter = Annotated[str | None, Query(max_length=64, description="only this one")]
+"""A name or id to filter a listing by: at most as long as any name or id the service stores."""
+MAX_CURSOR = (1 << 63) - 1
+"""Event ids are 64-bit: a cursor past the last one possible is refused, not sent to the store."""
+MAX_WAIT_S = 86400.0
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}

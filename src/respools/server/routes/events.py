@@ -14,7 +14,7 @@ from respools.model import Event, EventKind
 from respools.server import events
 from respools.server.auth import visible_subject
 from respools.server.errors import forbidden, invalid
-from respools.server.routes.deps import ERRORS, Auth, ServicesDep
+from respools.server.routes.deps import ERRORS, MAX_CURSOR, Auth, NameFilter, ServicesDep
 from respools.server.services import Services
 
 router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERRORS)
@@ -33,13 +33,13 @@ def _subject_filter(own: str | None, subject: str | None) -> str | None:
 def list_events(
     services: ServicesDep,
     principal: Auth,
-    after: Annotated[int, Query(ge=0, description="the last id already seen")] = 0,
+    after: Annotated[int, Query(ge=0, le=MAX_CURSOR, description="the last id already seen")] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     kind: Annotated[list[EventKind] | None, Query()] = None,
-    pool: str | None = None,
-    subject: str | None = None,
-    request_id: str | None = None,
-    lease_id: str | None = None,
+    pool: NameFilter = None,
+    subject: NameFilter = None,
+    request_id: NameFilter = None,
+    lease_id: NameFilter = None,
 ) -> list[Event]:
     who = _subject_filter(visible_subject(principal), subject)
     return services.db.read(
@@ -69,8 +69,8 @@ class StreamStart:
 async def stream_start(
     services: ServicesDep,
     principal: Auth,
-    after: Annotated[int | None, Query(ge=0, description="the last id already seen")] = None,
-    subject: str | None = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_CURSOR, description="the last id already seen")] = None,
+    subject: NameFilter = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> StreamStart:
     """Checked before the stream opens: once it has, an error could no longer be a 4xx."""
@@ -95,7 +95,7 @@ async def stream_events(
     request: Request,
     services: ServicesDep,
     start: Annotated[StreamStart, Depends(stream_start)],
-    pool: str | None = None,
+    pool: NameFilter = None,
 ) -> AsyncIterator[ServerSentEvent]:
     cursor = start.cursor
     feed = services.event_feed

@@ -11,7 +11,7 @@ from respools.server.auth import visible_subject
 from respools.server.errors import forbidden
 from respools.server.ops import leases
 from respools.server.routes.answers import model_answer
-from respools.server.routes.deps import ERRORS, AdminAuth, Auth, ServicesDep
+from respools.server.routes.deps import ERRORS, AdminAuth, Auth, NameFilter, ServicesDep
 from respools.server.schemas import OveruseReport, PreemptSpec, StopConfirmation
 
 router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERRORS)
@@ -21,8 +21,8 @@ router = APIRouter(prefix="/v1/leases", tags=["leases"], responses=ERRORS)
 def list_leases(
     services: ServicesDep,
     principal: Auth,
-    subject: str | None = None,
-    pool: str | None = None,
+    subject: NameFilter = None,
+    pool: NameFilter = None,
     state: Annotated[list[RequestState] | None, Query()] = None,
     live: Annotated[bool, Query(description="only granted, active or preempting leases")] = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

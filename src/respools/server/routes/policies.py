@@ -8,14 +8,14 @@ from respools.model import Policy, PolicySpec
 from respools.server.auth import require_owner, visible_subject
 from respools.server.errors import forbidden, invalid
 from respools.server.ops import policies
-from respools.server.routes.deps import ERRORS, AdminAuth, Auth, ServicesDep
+from respools.server.routes.deps import ERRORS, AdminAuth, Auth, NameFilter, ServicesDep
 
 router = APIRouter(prefix="/v1/policies", tags=["policies"], responses=ERRORS)
 
 
 @router.get("", response_model=list[Policy], summary="List policies (a subject token sees its own)")
 def list_policies(
-    services: ServicesDep, principal: Auth, pool: str | None = None, subject: str | None = None
+    services: ServicesDep, principal: Auth, pool: NameFilter = None, subject: NameFilter = None
 ) -> list[Policy]:
     own = visible_subject(principal)
     if own is not None and subject is not None and subject != own:

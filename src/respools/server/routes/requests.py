@@ -14,7 +14,7 @@ from respools.server.auth import visible_subject
 from respools.server.errors import forbidden, invalid, not_found
 from respools.server.ops import requests
 from respools.server.routes.answers import model_answer
-from respools.server.routes.deps import ERRORS, Auth, ServicesDep
+from respools.server.routes.deps import ERRORS, MAX_WAIT_S, Auth, NameFilter, ServicesDep
 from respools.server.schemas import Principal
 from respools.server.services import Services
 from respools.server.watchers import RequestWatch
@@ -93,8 +93,8 @@ async def submit(
     spec: RequestSpec,
     services: ServicesDep,
     principal: Auth,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-    wait: Annotated[float, Query(ge=0, description="seconds to wait for a decision")] = 0,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200)] = None,
+    wait: Annotated[float, Query(ge=0, le=MAX_WAIT_S, description="seconds to wait for a decision")] = 0,
 ) -> Response:
     _timeout(services, wait, "wait")
     new_id = requests.new_request_id()
@@ -114,9 +114,11 @@ async def submit(
 def list_requests(
     services: ServicesDep,
     principal: Auth,
-    subject: str | None = None,
+    subject: NameFilter = None,
     state: Annotated[list[RequestState] | None, Query()] = None,
-    label: Annotated[str | None, Query(description="key=value, applied to the newest `limit` requests")] = None,
+    label: Annotated[
+        str | None, Query(max_length=2300, description="key=value, applied to the newest `limit` requests")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[Request]:
     own = visible_subject(principal)
@@ -148,7 +150,7 @@ async def wait_request(
     services: ServicesDep,
     principal: Auth,
     state: RequestState | None = None,
-    timeout: Annotated[float, Query(ge=0)] = 30.0,
+    timeout: Annotated[float, Query(ge=0, le=MAX_WAIT_S)] = 30.0,
 ) -> Response:
     _timeout(services, timeout, "timeout")
     return model_answer(await wait_for_change(services, principal, request_id, state, timeout))

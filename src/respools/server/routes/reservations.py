@@ -8,7 +8,7 @@ from respools.model import Reservation, ReservationSpec
 from respools.server.auth import require_owner, visible_subject
 from respools.server.errors import forbidden
 from respools.server.ops import reservations
-from respools.server.routes.deps import ERRORS, AdminAuth, Auth, ServicesDep
+from respools.server.routes.deps import ERRORS, AdminAuth, Auth, NameFilter, ServicesDep
 
 router = APIRouter(prefix="/v1/reservations", tags=["reservations"], responses=ERRORS)
 
@@ -17,8 +17,8 @@ router = APIRouter(prefix="/v1/reservations", tags=["reservations"], responses=E
 def list_reservations(
     services: ServicesDep,
     principal: Auth,
-    pool: str | None = None,
-    subject: str | None = None,
+    pool: NameFilter = None,
+    subject: NameFilter = None,
     include_past: bool = False,
 ) -> list[Reservation]:
     own = visible_subject(principal)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from respools.server.ops import tokens
-from respools.server.routes.deps import ERRORS, AdminAuth, Auth, ServicesDep
+from respools.server.routes.deps import ERRORS, AdminAuth, Auth, NameFilter, ServicesDep
 from respools.server.schemas import IssuedToken, Principal, TokenInfo, TokenSpec
 
 router = APIRouter(prefix="/v1", tags=["tokens"], responses=ERRORS)
@@ -17,7 +17,7 @@ def whoami(principal: Auth) -> Principal:
 
 
 @router.get("/tokens", response_model=list[TokenInfo], summary="List tokens (never their secrets)")
-def list_tokens(services: ServicesDep, _: AdminAuth, subject: str | None = None) -> list[TokenInfo]:
+def list_tokens(services: ServicesDep, _: AdminAuth, subject: NameFilter = None) -> list[TokenInfo]:
     return tokens.list_tokens(services.db, subject)
 
 
