@@ -98,9 +98,7 @@ def parse_resources(raw: Any) -> dict[str, int]:
                 f"invalid resource key {key!r}: use lowercase names such as 'gpu', 'mig.3g.40gb', "
                 "'mcpu', 'memory_mb', 'step_run' or a custom key like 'tensorrt_sessions'"
             )
-        amount = _parse_amount(key, value)
-        if amount:
-            out[key] = amount
+        out[key] = _parse_amount(key, value)  # a zero is kept: ``limit{gpu: 0}`` forbids GPUs (DESIGN §2.1)
     return out
 
 

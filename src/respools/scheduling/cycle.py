@@ -480,7 +480,7 @@ def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKe
     for key, cap in capacity.items():
         if key not in rv.demand:
             borrowed = quota.usage.get(key, 0) - quota.reserved.get(key, 0)
-            if borrowed > 0:
+            if borrowed > 0 and cap > 0:
                 dominant = max(dominant, borrowed / cap)
     share = math.inf if quota.weight == 0 else dominant / quota.weight
     return (-quota.priority, 1, share, submitted_ts, request_id)

@@ -44,11 +44,11 @@ def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Pl
         chosen = trial.choose(candidates)
     finally:
         trial.restore()
-    if chosen is None:
+    if chosen is None or not _reclaim_holds(pool, quota, rv, chosen):
         return None
     others = [c for c in chosen if not c.own]
     reason = others[0].why if others else PreemptReason.PRIORITY
-    if reason is PreemptReason.RECLAIM and _leans_on_reservation(pool, quota, rv):
+    if reason is PreemptReason.RECLAIM and _leans_on_reservation(pool, quota, rv, chosen):
         reason = PreemptReason.RESERVATION
     return Plan(tuple(c.lease for c in chosen), reason)
 
@@ -245,6 +245,10 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
     """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
     priority or fair share; then the waiter's own leases of lower request priority."""
     capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
+    own, own_released = _victims(quota).below(rv.priority)
+    # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
+    # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
+    standing = quota.effective()
     short_keys = []
     within_limit = reclaim = True
     for k, a in rv.demand.items():
@@ -253,10 +257,9 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
             continue
         if free.get(k, 0) < a:
             short_keys.append(k)
-        after = usage.get(k, 0) + a
-        if after > quota.limit_of(k, cap):
+        if usage.get(k, 0) - own_released.get(k, 0) + a > quota.limit_of(k, cap):  # the trial checks the set chosen
             within_limit = False
-        if after > reserved.get(k, 0):
+        if standing.get(k, 0) - own_released.get(k, 0) + a > reserved.get(k, 0):
             reclaim = False
     # Nothing short in the books but no device fits: free devices.
     short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
@@ -268,7 +271,6 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
     if found is None:
         found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
     others, others_release = cast(tuple[Taken, Vector], found)
-    own, own_released = _victims(quota).below(rv.priority)
     if not others and not own:
         return None
     released = dict(others_release)
@@ -346,7 +348,26 @@ def _fair(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Ca
     return True
 
 
-def _leans_on_reservation(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> bool:
+def _reclaim_holds(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Candidate]) -> bool:
+    """DESIGN §2.5 reclaim with the victims actually chosen: the subject stays within its reserved
+    share after the grant, its own victims counted as released. The selection allowed reclaim on all
+    of its own candidates going; a minimal set that keeps some of them may no longer be entitled."""
+    if not any(c.why is PreemptReason.RECLAIM for c in chosen):
+        return True
+    after = quota.effective()
+    for c in chosen:
+        if c.own:
+            add_into(after, c.lease.resources, -1)
+    add_into(after, rv.demand)
+    return all(after.get(k, 0) <= quota.reserved.get(k, 0) for k in rv.demand if k in pool.capacity)
+
+
+def _leans_on_reservation(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Candidate]) -> bool:
+    """Whether the reclaim needs a reservation's share on top of the policy's (own victims released)."""
+    after = quota.effective()
+    for c in chosen:
+        if c.own:
+            add_into(after, c.lease.resources, -1)
     return any(
-        quota.usage.get(k, 0) + a > quota.policy_reserved.get(k, 0) for k, a in rv.demand.items() if k in pool.capacity
+        after.get(k, 0) + a > quota.policy_reserved.get(k, 0) for k, a in rv.demand.items() if k in pool.capacity
     )

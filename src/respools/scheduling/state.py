@@ -139,7 +139,7 @@ class PoolFacts:
     def of(cls, spec: PoolSpec) -> PoolFacts:
         return cls(
             spec=spec,
-            capacity={k: v for k, v in pool_capacity(spec).items() if v > 0},
+            capacity=pool_capacity(spec),  # a capacity of 0 meters the key and offers none of it
             forms=frozenset(spec.forms) if spec.forms is not None else frozenset(Form),
             devices=DeviceMap(spec) if spec.inventory is not None else None,
         )
