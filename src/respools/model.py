@@ -427,6 +427,9 @@ class Lease(_Schema):
     attempt: int = 0
     labels: dict[str, str] = Field(default_factory=dict)
     granted_at: datetime
+    grant_seq: int = Field(default=0, ge=0)
+    """The grant's place among those of its cycle: with ``granted_at`` a total order of grants, which
+    "most recently granted" follows (DESIGN §2.5) where one cycle's grants share their time."""
     started_at: datetime | None = None
     expires_at: datetime
     max_runtime_s: float | None = None

@@ -80,7 +80,7 @@ class Simulation:
 
     def apply(self, d: Decisions) -> None:
         pools = {p.name: p for p in self.pools}
-        for g in d.grants:
+        for seq, g in enumerate(d.grants):
             request = self.requests[g.request_id]
             lid = f"l{g.request_id[1:]}-{request.attempt}"
             self.leases[lid] = Lease(
@@ -97,6 +97,7 @@ class Simulation:
                 priority=request.priority,
                 attempt=request.attempt,
                 granted_at=self.now,
+                grant_seq=seq,
                 started_at=self.now,
                 expires_at=self.now + timedelta(days=7),  # scenarios that test expiry set it
                 max_runtime_s=request.max_runtime_s,

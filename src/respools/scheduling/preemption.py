@@ -22,7 +22,7 @@ from respools.scheduling.vectors import Vector, add_into
 
 @dataclass(slots=True, eq=False)  # identity: the trial takes candidates out of a list by identity
 class Candidate:
-    order: tuple[int, int, int, float, str]
+    order: tuple[int, int, int, float, int, str]
     lease: LeaseView
     why: PreemptReason
     own: bool
@@ -202,7 +202,7 @@ def _victims(quota: SubjectQuota) -> _Victims:
     if quota.victims is None or quota.victims[0] != quota.version:
         leases = sorted(
             (lv for lv in quota.leases if lv.preemptible and not lv.preempting),
-            key=lambda lv: (lv.priority, -lv.granted_ts, lv.id),
+            key=lambda lv: (lv.priority, -lv.granted_ts, -lv.grant_seq, lv.id),
         )
         quota.victims = (quota.version, _Victims(quota.effective(), leases, {}, {}))
     return cast(_Victims, quota.victims[1])
@@ -229,12 +229,14 @@ class _Selection:
 
     def candidates(self, quota: SubjectQuota) -> list[Candidate]:
         out = [
-            Candidate((0, other.priority, lv.priority, -lv.granted_ts, lv.id), lv, why, False)
+            Candidate((0, other.priority, lv.priority, -lv.granted_ts, -lv.grant_seq, lv.id), lv, why, False)
             for other, why, leases in self.others
             for lv in leases
         ]
         out.extend(
-            Candidate((1, quota.priority, lv.priority, -lv.granted_ts, lv.id), lv, PreemptReason.PRIORITY, True)
+            Candidate(
+                (1, quota.priority, lv.priority, -lv.granted_ts, -lv.grant_seq, lv.id), lv, PreemptReason.PRIORITY, True
+            )
             for lv in self.own
         )
         out.sort(key=lambda c: c.order)

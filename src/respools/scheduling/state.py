@@ -35,6 +35,8 @@ class LeaseView:
     priority: int
     preemptible: bool
     granted_ts: float
+    grant_seq: int
+    """With ``granted_ts``, the order grants were made (``Lease.grant_seq``)."""
     max_runtime_s: float | None
     preempting: bool = False
     preempted_for: str | None = None
@@ -56,6 +58,7 @@ class LeaseView:
             fields["priority"],
             fields["preemptible"],
             fields["granted_at"].timestamp(),
+            fields["grant_seq"],
             fields["max_runtime_s"],
         )
 
