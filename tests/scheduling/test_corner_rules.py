@@ -95,3 +95,24 @@ def test_most_recently_granted_follows_the_order_grants_were_made() -> None:
     d = sim.step()
     # lowest request priority first: among the three of priority 0 the last granted is order[-1].
     assert d.preemptions[0].lease_ids == (sim.lease_of(order[-1]).id,)
+
+
+def test_a_nominees_reserved_share_is_held_against_its_own_subject() -> None:
+    # The owner's non-preemptible waiter preempts for GPUs and holds its mcpu; a later request of the
+    # same subject must not take the reserved mcpu share that the nominee will use, or the nominee,
+    # once its victims are gone, no longer fits its reserved share and its preemption was for nothing.
+    sim = Sim(
+        [pool("p", gpu=4, mcpu=8000)],
+        [policy("owner", "p", reserved={"gpu": 2, "mcpu": 1000}), policy("guest", "p")],
+    )
+    for _ in range(4):
+        sim.submit("guest", True, gpu=1)
+    sim.step()
+    nominee = sim.submit("owner", False, priority=5, gpu=2, mcpu=1000)
+    later = sim.submit("owner", False, priority=0, mcpu=1000)
+    d = sim.step()
+    assert d.preemptions and d.preemptions[0].request_id == nominee
+    assert sim.requests[later].state == RequestState.PENDING
+    sim.release_preempting()
+    sim.step()
+    assert sim.requests[nominee].state == RequestState.GRANTED

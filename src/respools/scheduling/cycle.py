@@ -315,7 +315,7 @@ class _Cycle:
         for key, amount in rv.demand.items():
             if key not in state.capacity:
                 continue
-            used = quota.usage.get(key, 0)
+            used = quota.usage.get(key, 0) + quota.incoming.get(key, 0)  # held for its nominees: used
             reserved = quota.reserved.get(key, 0)
             part = max(0, used + amount - reserved) - max(0, used - reserved)
             if part:

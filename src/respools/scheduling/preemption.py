@@ -250,7 +250,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
     own, own_released = _victims(quota).below(rv.priority)
     # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
-    standing = quota.effective()
+    standing, incoming = quota.effective(), quota.incoming
     short_keys = []
     within_limit = reclaim = True
     for k, a in rv.demand.items():
@@ -259,7 +259,9 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
             continue
         if free.get(k, 0) < a:
             short_keys.append(k)
-        if usage.get(k, 0) - own_released.get(k, 0) + a > quota.limit_of(k, cap):  # the trial checks the set chosen
+        if usage.get(k, 0) + incoming.get(k, 0) - own_released.get(k, 0) + a > quota.limit_of(
+            k, cap
+        ):  # the trial checks the set chosen
             within_limit = False
         if standing.get(k, 0) - own_released.get(k, 0) + a > reserved.get(k, 0):
             reclaim = False
