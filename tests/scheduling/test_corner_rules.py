@@ -4,6 +4,8 @@ capacities, reclaim counting the waiter's own victims and this cycle's grants an
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from respools.model import PreemptReason, RequestState
 
 from .sim import Sim, policy, pool
@@ -116,3 +118,27 @@ def test_a_nominees_reserved_share_is_held_against_its_own_subject() -> None:
     sim.release_preempting()
     sim.step()
     assert sim.requests[nominee].state == RequestState.GRANTED
+
+
+def test_leases_granted_earlier_in_the_cycle_are_preemption_candidates() -> None:
+    # vip (higher policy priority, no reserved share) is served first and borrows owner's unused
+    # reserved share; owner's in-share waiter comes after it in the same cycle and reclaims. The most
+    # recently granted borrowed lease is the one vip got in this cycle, not the one it held before:
+    # that grant is withdrawn and owner is granted at once.
+    sim = Sim(
+        [pool("p", gpu=4)],
+        [policy("vip", "p", priority=10), policy("owner", "p", priority=1, reserved={"gpu": 2})],
+    )
+    for _ in range(3):
+        sim.submit("vip", True, gpu=1)
+    sim.step()
+    older = {lease.id for lease in sim.live("vip")}
+    sim.now += timedelta(seconds=1)
+    fresh = sim.submit("vip", True, gpu=1)
+    waiter = sim.submit("owner", True, gpu=1)
+    d = sim.step()
+    assert not d.preemptions
+    assert {lease.id for lease in sim.live("vip")} == older
+    assert sim.requests[waiter].state == RequestState.GRANTED
+    assert sim.requests[fresh].state == RequestState.PENDING
+    assert sim.requests[fresh].attempt == 0
