@@ -94,7 +94,8 @@ class _Cycle:
     def run(self) -> Decisions:
         live = self._expire(self.snapshot.leases)
         s = self.snapshot
-        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, self.memory)
+        kept = self.memory.accounting if self.memory is not None else None
+        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, kept)
         groups, nominated = self._eligible(s.requests)
         self._serve_nominated(nominated)
         self._serve_queues(groups)
