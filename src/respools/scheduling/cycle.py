@@ -357,11 +357,12 @@ class _Cycle:
     def _preempt(self, state: PoolState, quota: SubjectQuota, rv: RequestView, plan: Plan) -> None:
         fresh = [lv for lv in plan.victims if id(lv) in self.fresh]
         if fresh:
+            real = tuple(lv for lv in plan.victims if id(lv) not in self.fresh)
             self._withdraw(state, rv, plan, fresh)
-            if len(fresh) == len(plan.victims):
+            if not real:
                 self._grant_in_their_place(state, quota, rv, fresh)
                 return
-            plan = Plan(tuple(lv for lv in plan.victims if id(lv) not in self.fresh), plan.reason)
+            plan = Plan(real, plan.reason)
         state.changed(*(state.quotas[subject] for subject in {lv.subject for lv in plan.victims}))
         for lv in plan.victims:
             lv.preempting = True
@@ -543,7 +544,8 @@ def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKe
         cap = capacity.get(key)
         if cap is None:
             continue
-        borrowed = quota.usage.get(key, 0) + amount - quota.reserved.get(key, 0)
+        # What the cycle holds for the subject's nominees is used (as in ``quota_miss``).
+        borrowed = quota.usage.get(key, 0) + quota.incoming.get(key, 0) + amount - quota.reserved.get(key, 0)
         if borrowed > 0:
             in_share = False
             dominant = max(dominant, borrowed / cap)
@@ -551,7 +553,7 @@ def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKe
         return (-quota.priority, 0, 0.0, submitted_ts, request_id)
     for key, cap in capacity.items():
         if key not in rv.demand:
-            borrowed = quota.usage.get(key, 0) - quota.reserved.get(key, 0)
+            borrowed = quota.usage.get(key, 0) + quota.incoming.get(key, 0) - quota.reserved.get(key, 0)
             if borrowed > 0 and cap > 0:
                 dominant = max(dominant, borrowed / cap)
     share = math.inf if quota.weight == 0 else dominant / quota.weight
