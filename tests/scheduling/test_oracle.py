@@ -27,7 +27,7 @@ EXAMPLES = int(os.environ.get("RESPOOLS_ORACLE_EXAMPLES", "150"))
 def worlds(draw: st.DrawFn) -> tuple[list[PoolSpec], list[PolicySpec], int]:
     pools = []
     for index in range(draw(st.integers(1, 2))):
-        capacity: dict[str, float] = {"gpu": draw(st.integers(0, 6))}
+        capacity: dict[str, float] = {"gpu": draw(st.sampled_from([0, 2, 3, 4, 6]))}
         for key, choices in (("mcpu", [None, 0, 2000, 8000]), ("tok", [None, 0, 2, 4])):
             amount = draw(st.sampled_from(choices))
             if amount is not None:
