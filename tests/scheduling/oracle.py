@@ -224,7 +224,9 @@ class Oracle:
 
     # -- §2.5 -----------------------------------------------------------------------------------------
 
-    def plan(self, pool: Pool, request: Request) -> tuple[list[tuple[Held, str, bool]], str] | None:
+    def plan(
+        self, pool: Pool, request: Request, may_reclaim: bool = True
+    ) -> tuple[list[tuple[Held, str, bool]], str] | None:
         me = pool.subjects[request.subject]
         demand = demand_of(request)
         metered = [k for k in demand if k in pool.capacity]
@@ -242,7 +244,7 @@ class Oracle:
             own_all = plus(own_all, lease.resources)
         mine = effective(me)
         within_limit = True
-        reclaim = True
+        reclaim = may_reclaim
         for k in metered:
             a = demand[k]
             limit = me.limit[k] if me.limit is not None and k in me.limit else pool.capacity[k]
@@ -304,7 +306,7 @@ class Oracle:
                 if is_own:
                     after = plus(after, lease.resources, -1)
             if any(get(after, k) > get(me.reserved, k) for k in metered):
-                return None
+                return self.plan(pool, request, may_reclaim=False)
         others = [why for _, why, is_own in chosen if not is_own]
         return chosen, (others[0] if others else PreemptReason.PRIORITY.value)
 
@@ -380,8 +382,8 @@ class Oracle:
             else:
                 self.out.rejects.add(request.id)
         for request in self.requests:  # nominated waiters, in queue order
-            pools = where.get(request.id)
-            if pools is None or request.nominated_pool not in pools:
+            eligible = where.get(request.id)
+            if eligible is None or request.nominated_pool not in eligible:
                 continue
             pool = self.pools[request.nominated_pool]
             if self.try_grant(pool, request):

@@ -40,15 +40,15 @@ def worlds(draw: st.DrawFn) -> tuple[list[PoolSpec], list[PolicySpec], int]:
     policies = []
     subjects = [f"s{index}" for index in range(draw(st.integers(1, 3)))]
     for spec in pools:
-        capacity = {k: int(v) for k, v in spec.model_dump()["capacity"].items()}
+        offered = {k: int(v) for k, v in spec.model_dump()["capacity"].items()}
         for subject in subjects:
             if not draw(st.booleans()) and subject != "s0":
                 continue
-            reserved = {k: draw(st.integers(0, v // len(subjects))) for k, v in capacity.items() if draw(st.booleans())}
+            reserved = {k: draw(st.integers(0, v // len(subjects))) for k, v in offered.items() if draw(st.booleans())}
             limit = None
             if draw(st.booleans()):
                 limit = {
-                    k: draw(st.integers(reserved.get(k, 0), max(v, reserved.get(k, 0)))) for k, v in capacity.items()
+                    k: draw(st.integers(reserved.get(k, 0), max(v, reserved.get(k, 0)))) for k, v in offered.items()
                 }
             policies.append(
                 PolicySpec.model_validate(

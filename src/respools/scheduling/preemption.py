@@ -34,8 +34,11 @@ class Plan:
     reason: PreemptReason
 
 
-def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Plan | None:
-    selection = _select(pool, quota, rv)
+def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool = True) -> Plan | None:
+    """The minimal set of victims for ``rv`` on ``pool``, or None. A set taken by reclaim that keeps
+    some of the waiter's own victims may leave its subject above its reserved share after all: the
+    waiter is then planned again as one that may not reclaim (other reasons, its own leases)."""
+    selection = _select(pool, quota, rv, may_reclaim)
     if selection is None or not _could_fit(pool, quota, rv, selection):
         return None
     candidates = selection.candidates(quota)
@@ -44,8 +47,10 @@ def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Pl
         chosen = trial.choose(candidates)
     finally:
         trial.restore()
-    if chosen is None or not _reclaim_holds(pool, quota, rv, chosen):
+    if chosen is None:
         return None
+    if not _reclaim_holds(pool, quota, rv, chosen):
+        return plan_preemption(pool, quota, rv, may_reclaim=False)
     others = [c for c in chosen if not c.own]
     reason = others[0].why if others else PreemptReason.PRIORITY
     if reason is PreemptReason.RECLAIM and _leans_on_reservation(pool, quota, rv, chosen):
@@ -243,7 +248,7 @@ class _Selection:
         return out
 
 
-def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection | None:
+def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> _Selection | None:
     """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
     priority or fair share; then the waiter's own leases of lower request priority."""
     capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
@@ -252,7 +257,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
     standing, incoming = quota.effective(), quota.incoming
     short_keys = []
-    within_limit = reclaim = True
+    within_limit, reclaim = True, may_reclaim
     for k, a in rv.demand.items():
         cap = capacity.get(k)
         if cap is None:
