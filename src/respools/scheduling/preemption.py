@@ -255,7 +255,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
     own, own_released = _victims(quota).below(rv.priority)
     # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
-    standing, incoming = quota.effective(), quota.incoming
+    incoming, leaving = quota.incoming, quota.leaving  # ``quota.effective()`` per key, without a new dict
     short_keys = []
     within_limit, reclaim = True, may_reclaim
     for k, a in rv.demand.items():
@@ -264,11 +264,10 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
             continue
         if free.get(k, 0) < a:
             short_keys.append(k)
-        if usage.get(k, 0) + incoming.get(k, 0) - own_released.get(k, 0) + a > quota.limit_of(
-            k, cap
-        ):  # the trial checks the set chosen
+        used = usage.get(k, 0) + incoming.get(k, 0)
+        if used - own_released.get(k, 0) + a > quota.limit_of(k, cap):  # the trial checks the set chosen
             within_limit = False
-        if standing.get(k, 0) - own_released.get(k, 0) + a > reserved.get(k, 0):
+        if used - leaving.get(k, 0) - own_released.get(k, 0) + a > reserved.get(k, 0):
             reclaim = False
     # Nothing short in the books but no device fits: free devices.
     short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
