@@ -142,3 +142,18 @@ def test_leases_granted_earlier_in_the_cycle_are_preemption_candidates() -> None
     assert sim.requests[waiter].state == RequestState.GRANTED
     assert sim.requests[fresh].state == RequestState.PENDING
     assert sim.requests[fresh].attempt == 0
+
+
+def test_a_reclaim_that_keeps_the_own_victim_falls_back_to_own_priority() -> None:
+    # owner holds its reserved 1 GPU (request priority 0); guest borrows the other. owner's waiter of
+    # priority 1 is within reserved only if its own lease goes; the minimal reclaim set takes guest's
+    # lease alone, which would leave owner at 2 of 1 reserved: not a reclaim. Planned again without
+    # reclaim, it preempts its own lower-priority lease.
+    sim = Sim([pool("p", gpu=2)], [policy("guest", "p"), policy("owner", "p", reserved={"gpu": 1})])
+    own = sim.submit("owner", True, priority=0, gpu=1)
+    sim.submit("guest", True, gpu=1)
+    sim.step()
+    sim.submit("owner", True, priority=1, gpu=1)
+    d = sim.step()
+    assert d.preemptions[0].lease_ids == (sim.lease_of(own).id,)
+    assert d.preemptions[0].reason == PreemptReason.PRIORITY
