@@ -41,6 +41,9 @@ def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_r
     selection = _select(pool, quota, rv, may_reclaim)
     if selection is None or not _could_fit(pool, quota, rv, selection):
         return None
+    if selection.reclaim_needs_own and selection.others and _others_suffice(pool, quota, rv, selection):
+        # The greedy pass would stop before any own victim, and the set would fail ``_reclaim_holds``.
+        return plan_preemption(pool, quota, rv, may_reclaim=False)
     candidates = selection.candidates(quota)
     trial = _Trial(pool, quota, rv)
     try:
@@ -81,6 +84,22 @@ def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection:
             for devices_of_lease in held:
                 devices.apply(devices_of_lease)
     return cast(bool, fits)
+
+
+def _others_suffice(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> bool:
+    """Whether the other subjects' candidates alone would make the waiter fit (books and devices)."""
+    if quota_miss(pool, quota, rv, selection.others_released) is not None:
+        return False
+    devices, shape = pool.devices, rv.shape
+    if devices is None or not shape.needs_devices or _fits_now(pool, shape):
+        return True
+    held = [lv.held for _, _, leases in selection.others for lv in leases]
+    devices.release_all(held)
+    try:
+        return devices.fits(shape, _where_to_look(shape, held))
+    finally:
+        for devices_of_lease in held:
+            devices.apply(devices_of_lease)
 
 
 def _fits_now(pool: PoolState, shape: Shape) -> bool:
@@ -228,6 +247,9 @@ class _Selection:
     key: tuple[object, ...]
     """What the selection was made from (the waiter's subject, its standing and its request priority):
     within one state of the pool, equal keys select the same leases."""
+    others_released: Vector
+    reclaim_needs_own: bool
+    """Reclaim was allowed only with the waiter's own candidates counted as released."""
 
     def leases(self) -> list[LeaseView]:
         return [lv for _, _, leases in self.others for lv in leases] + self.own
@@ -257,7 +279,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
     incoming, leaving = quota.incoming, quota.leaving  # ``quota.effective()`` per key, without a new dict
     short_keys = []
-    within_limit, reclaim = True, may_reclaim
+    within_limit, reclaim, without_own = True, may_reclaim, True
     for k, a in rv.demand.items():
         cap = capacity.get(k)
         if cap is None:
@@ -269,6 +291,8 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
             within_limit = False
         if used - leaving.get(k, 0) - own_released.get(k, 0) + a > reserved.get(k, 0):
             reclaim = False
+        elif used - leaving.get(k, 0) + a > reserved.get(k, 0):
+            without_own = False
     # Nothing short in the books but no device fits: free devices.
     short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
     fair = pool.spec.fair_share_preemption and rv.preemptible
@@ -283,7 +307,9 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
         return None
     released = dict(others_release)
     add_into(released, own_released)
-    return _Selection(others, own, released, own_released, (*key[1:], rv.priority))
+    return _Selection(
+        others, own, released, own_released, (*key[1:], rv.priority), others_release, reclaim and not without_own
+    )
 
 
 def _others(
