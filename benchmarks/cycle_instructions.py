@@ -7,6 +7,12 @@ difference is one cycle. Needs valgrind on PATH; takes a minute or two.
 
     python benchmarks/cycle_instructions.py            # a table
     python benchmarks/cycle_instructions.py --json     # {"steady_minstr": ..., "arrival_minstr": ...}
+
+Two versions of the core settle the same arrival into different steady states when their rules differ;
+to compare them on one input, save the snapshots with one and count the other on them:
+
+    python benchmarks/cycle_instructions.py --save /tmp/snapshots.pickle
+    PYTHONPATH=/elsewhere/src python benchmarks/cycle_instructions.py --snapshots /tmp/snapshots.pickle
 """
 
 from __future__ import annotations
@@ -83,15 +89,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print one JSON object of the figures")
     parser.add_argument("--size", type=int, default=len(SIZES) - 1, help="index into scheduling.SIZES")
+    parser.add_argument("--save", type=Path, help="also write the snapshots built here to this file")
+    parser.add_argument("--snapshots", type=Path, help="count on the snapshots of this file instead of building")
     args = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not on PATH (Debian: apt-get install valgrind)")
     size = SIZES[args.size]
-    arrival, steady, _ = build(size)
     figures: dict[str, float | str] = {"size": size.label}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "snapshots.pickle"
-        path.write_bytes(pickle.dumps({"steady": steady, "arrival": arrival}))
+        if args.snapshots is not None:
+            path.write_bytes(args.snapshots.read_bytes())
+            figures["size"] = f"{size.label} from {args.snapshots}"
+        else:
+            arrival, steady, _ = build(size)
+            path.write_bytes(pickle.dumps({"steady": steady, "arrival": arrival}))
+            if args.save is not None:
+                args.save.write_bytes(path.read_bytes())
         _instructions(path, "steady", 0, False)  # writes any stale bytecode, which would count next
         for figure, which, remembered in (
             ("steady_minstr", "steady", True),

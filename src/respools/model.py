@@ -116,9 +116,7 @@ def parse_resources(raw: Any) -> dict[str, int]:
                 f"invalid resource key {_shown(key)}: use lowercase names of at most {MAX_KEY_LENGTH} characters "
                 "such as 'gpu', 'mig.3g.40gb', 'mcpu', 'memory_mb', 'step_run' or a custom key like 'tensorrt_sessions'"
             )
-        amount = _parse_amount(key, value)
-        if amount:
-            out[key] = amount
+        out[key] = _parse_amount(key, value)  # a zero is kept: ``limit{gpu: 0}`` forbids GPUs (DESIGN §2.1)
     return out
 
 
@@ -466,6 +464,9 @@ class Lease(_Schema):
     attempt: int = 0
     labels: dict[str, str] = Field(default_factory=dict)
     granted_at: datetime
+    grant_seq: int = Field(default=0, ge=0)
+    """The grant's place among those of its cycle: with ``granted_at`` a total order of grants, which
+    "most recently granted" follows (DESIGN §2.5) where one cycle's grants share their time."""
     started_at: datetime | None = None
     expires_at: datetime
     max_runtime_s: float | None = None

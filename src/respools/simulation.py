@@ -82,7 +82,7 @@ class Simulation:
 
     def apply(self, d: Decisions) -> None:
         pools = {p.name: p for p in self.pools}
-        for g in d.grants:
+        for seq, g in enumerate(d.grants):
             request = self.requests[g.request_id]
             lid = f"l{g.request_id[1:]}-{request.attempt}"
             self.leases[lid] = Lease(
@@ -99,6 +99,7 @@ class Simulation:
                 priority=request.priority,
                 attempt=request.attempt,
                 granted_at=self.now,
+                grant_seq=seq,
                 started_at=self.now,
                 expires_at=self.now + self.lease_lifetime,
                 max_runtime_s=request.max_runtime_s,

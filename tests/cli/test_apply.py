@@ -227,3 +227,32 @@ def test_a_refused_change_leaves_the_service_as_it_was(cli: Cli, tmp_path: Path)
     assert {kind: cli.json(kind, "list") for kind in ("pool", "subject", "token")} == before
     applied = cli.json("apply", "-f", str(write(tmp_path, TEMPLATE.format(s=s))))
     assert len(applied["changes"]) == 5 and len(applied["tokens"]) == 1
+
+
+def test_zero_limits_and_capacities_are_kept_through_apply_and_the_store(cli: Cli, tmp_path: Path) -> None:
+    """DESIGN §2.1: a zero is a zero. A limit of 0 and a capacity of 0 go through the file, the API and
+    the store and come back as 0 (not dropped, which would read as "no limit"), a second apply finds
+    nothing to change, and a request for the forbidden key is rejected, not granted."""
+    s = suffix()
+    text = f"""\
+pools:
+  - name: zeros-{s}
+    capacity: {{gpu: 4, mcpu: 0}}
+subjects:
+  - name: team-{s}
+policies:
+  - subject: team-{s}
+    pool: zeros-{s}
+    reserved: {{gpu: 0}}
+    limit: {{gpu: 0}}
+tokens:
+  - {{name: ci-{s}, role: subject, subject: team-{s}}}
+"""
+    path = write(tmp_path, text)
+    first = cli.json("apply", "-f", str(path))
+    assert cli.json("apply", "-f", str(path))["changes"] == []
+    policy = cli.json("policy", "describe", f"team-{s}", f"zeros-{s}")
+    assert policy["limit"] == {"gpu": 0} and policy["reserved"] == {"gpu": 0}
+    (pool,) = [p for p in cli.json("pool", "list") if p["name"] == f"zeros-{s}"]
+    assert pool["capacity"] == {"gpu": 4, "mcpu": 0}
+    assert first["changes"]

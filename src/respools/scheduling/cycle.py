@@ -30,6 +30,7 @@ from respools.scheduling.decisions import Decisions, Expire, Grant, Overdue, Pre
 from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.memory import KeptEligibility, Memory
+from respools.scheduling.placement import Held
 from respools.scheduling.preemption import Plan, plan_preemption
 from respools.scheduling.requests import (
     Derived,
@@ -85,11 +86,16 @@ class _Cycle:
         self.decisions = Decisions()
         self.position = 0
         self.pools: dict[str, PoolState] = {}
+        self.fresh: dict[int, tuple[Grant, RequestView]] = {}
+        self.granted = 0
+        """Grants made so far, withdrawn ones included: the order of this cycle's lease views."""
+        """This cycle's grants by their lease view's identity: candidates for later waiters (§2.5)."""
 
     def run(self) -> Decisions:
         live = self._expire(self.snapshot.leases)
         s = self.snapshot
-        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, self.memory)
+        kept = self.memory.accounting if self.memory is not None else None
+        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, kept)
         groups, nominated = self._eligible(s.requests)
         self._serve_nominated(nominated)
         self._serve_queues(groups)
@@ -319,7 +325,7 @@ class _Cycle:
         for key, amount in rv.demand.items():
             if key not in state.capacity:
                 continue
-            used = quota.usage.get(key, 0)
+            used = quota.usage.get(key, 0) + quota.incoming.get(key, 0)  # held for its nominees: used
             reserved = quota.reserved.get(key, 0)
             part = max(0, used + amount - reserved) - max(0, used - reserved)
             if part:
@@ -327,11 +333,40 @@ class _Cycle:
             state.free[key] -= amount
         for key, amount in rv.demand.items():
             quota.usage[key] = quota.usage.get(key, 0) + amount
+        held: Held = ()
         if state.devices is not None and placement.items:
             state.devices.occupy(placement)
-        self.decisions.grants.append(Grant(rv.id, state.name, Resources(rv.demand), Resources(borrowed), placement))
+            held = state.devices.resolve(placement)
+        grant = Grant(rv.id, state.name, Resources(rv.demand), Resources(borrowed), placement)
+        self.decisions.grants.append(grant)
+        self.granted += 1
+        # A candidate for the waiters after it in this cycle, the most recently granted of all so far.
+        view = LeaseView(
+            rv.id,
+            state.name,
+            rv.subject,
+            rv.demand,
+            borrowed,
+            rv.priority,
+            rv.preemptible,
+            self.now_ts,
+            self.granted,
+            rv.request.max_runtime_s,
+            held=held,
+            resolved_on=state.devices,
+        )
+        quota.leases.append(view)
+        self.fresh[id(view)] = (grant, rv)
 
     def _preempt(self, state: PoolState, quota: SubjectQuota, rv: RequestView, plan: Plan) -> None:
+        fresh = [lv for lv in plan.victims if id(lv) in self.fresh]
+        if fresh:
+            real = tuple(lv for lv in plan.victims if id(lv) not in self.fresh)
+            self._withdraw(state, rv, plan, fresh)
+            if not real:
+                self._grant_in_their_place(state, quota, rv, fresh)
+                return
+            plan = Plan(real, plan.reason)
         state.changed(*(state.quotas[subject] for subject in {lv.subject for lv in plan.victims}))
         for lv in plan.victims:
             lv.preempting = True
@@ -345,6 +380,44 @@ class _Cycle:
         self.decisions.preemptions.append(Preempt(rv.id, state.name, ids, plan.reason, message))
         self._hold(state, quota, rv, list(plan.victims))
         self._wait(rv, (WaitReason.PREEMPTING, waiting_for(plan.victims)), state.name)
+
+    def _withdraw(self, state: PoolState, rv: RequestView, plan: Plan, fresh: list[LeaseView]) -> None:
+        """Victims granted earlier in this cycle never reach the store: their grants are withdrawn and
+        their requests wait at their place (a lease that never started is not requeued: no attempt)."""
+        for lv in fresh:
+            grant, displaced = self.fresh.pop(id(lv))
+            self.decisions.grants.remove(grant)
+            owner = state.quotas[lv.subject]
+            owner.leases.remove(lv)
+            add_into(owner.usage, lv.resources, -1)
+            for key, amount in lv.resources.items():
+                if key in state.capacity:
+                    state.free[key] += amount
+            if state.devices is not None and lv.held:
+                state.devices.apply(lv.held, -1)
+            state.changed(owner)
+            message = f"its grant went to request {rv.id} of {rv.subject!r} in the same cycle ({plan.reason.value})"
+            self._wait(displaced, (WaitReason.HELD_FOR_PREEMPTOR, message), state.name)
+
+    def _grant_in_their_place(
+        self, state: PoolState, quota: SubjectQuota, rv: RequestView, fresh: list[LeaseView]
+    ) -> None:
+        """Only this cycle's grants were in the way: the waiter is granted now. What they freed beyond
+        the waiter's demand stays out of reach for the rest of the cycle (held), as a real victim's
+        would until it releases, so that capacity only shrinks within a cycle (``_SubjectQueue.settle``)."""
+        freed: dict[str, int] = {}
+        for lv in fresh:
+            add_into(freed, lv.resources)
+        shortfall = self._try_grant(state, quota, rv)
+        if shortfall is not None:  # the plan's trial found it fits: only a device map could disagree
+            self._wait(rv, shortfall, state.name)
+            return
+        for key, amount in freed.items():
+            if key in state.capacity:
+                excess = min(amount - rv.demand.get(key, 0), state.free[key])
+                if excess > 0:
+                    state.free[key] -= excess
+                    state.held[key] = state.held.get(key, 0) + excess
 
     def _hold(self, state: PoolState, quota: SubjectQuota, rv: RequestView, victims: list[LeaseView]) -> None:
         """Keep what is free now, and the devices the victims will free, for the waiter."""
@@ -475,7 +548,8 @@ def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKe
         cap = capacity.get(key)
         if cap is None:
             continue
-        borrowed = quota.usage.get(key, 0) + amount - quota.reserved.get(key, 0)
+        # What the cycle holds for the subject's nominees is used (as in ``quota_miss``).
+        borrowed = quota.usage.get(key, 0) + quota.incoming.get(key, 0) + amount - quota.reserved.get(key, 0)
         if borrowed > 0:
             in_share = False
             dominant = max(dominant, borrowed / cap)
@@ -483,8 +557,8 @@ def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKe
         return (-quota.priority, 0, 0.0, submitted_ts, request_id)
     for key, cap in capacity.items():
         if key not in rv.demand:
-            borrowed = quota.usage.get(key, 0) - quota.reserved.get(key, 0)
-            if borrowed > 0:
+            borrowed = quota.usage.get(key, 0) + quota.incoming.get(key, 0) - quota.reserved.get(key, 0)
+            if borrowed > 0 and cap > 0:
                 dominant = max(dominant, borrowed / cap)
     share = math.inf if quota.weight == 0 else dominant / quota.weight
     return (-quota.priority, 1, share, submitted_ts, request_id)

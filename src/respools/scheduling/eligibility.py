@@ -54,11 +54,14 @@ def _pool_reason(pool: PoolState, rv: RequestView) -> str | None:
     if reason:
         return f"pool {name!r}: {reason}"
     for key, amount in rv.demand.items():
-        capacity = pool.capacity.get(key, 0)
-        if capacity <= 0:
-            if key in UNBOUNDED_WHEN_UNMETERED or (key == GPU_MEMORY_KEY and spec.inventory is not None):
+        capacity = pool.capacity.get(key)
+        if capacity is None or capacity <= 0:
+            if capacity is None and (
+                key in UNBOUNDED_WHEN_UNMETERED or (key == GPU_MEMORY_KEY and spec.inventory is not None)
+            ):
                 continue
-            return f"pool {name!r} does not offer {key!r} (it offers {', '.join(sorted(pool.capacity))})"
+            offered = ", ".join(sorted(k for k, v in pool.capacity.items() if v > 0)) or "nothing"
+            return f"pool {name!r} does not offer {key!r} (it offers {offered})"
         if amount > capacity:
             asked, offered = format_resources({key: amount}), format_resources({key: capacity})
             return f"asks for {asked} but pool {name!r} has {offered} in all"

@@ -41,11 +41,14 @@ def quota_miss(
     own_released: Mapping[str, int] | None = None,
 ) -> Miss | None:
     """The check itself, cheap enough for preemption planning to call once per candidate victim."""
+    incoming = quota.incoming
     for key, amount in rv.demand.items():
         capacity = pool.capacity.get(key)
         if capacity is None:
             continue
-        used = quota.usage.get(key, 0) - (own_released.get(key, 0) if own_released else 0)
+        # What this cycle holds for the subject's nominated waiters is its own as much as what it uses:
+        # a later request of the same subject must not count that reserved share or limit as unused.
+        used = quota.usage.get(key, 0) + incoming.get(key, 0) - (own_released.get(key, 0) if own_released else 0)
         if not rv.preemptible and used + amount > quota.reserved.get(key, 0):
             return (WaitReason.RESERVED_SHARE, key, max(0, quota.reserved.get(key, 0) - used), amount)
         limit = quota.limit.get(key) if quota.limit else None  # absent: the pool total, which free covers

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from respools.model import PolicySpec, PoolSpec, ReservationSpec
 from respools.scheduling.requests import GroupKeys
-from respools.scheduling.state import LeaseView, PoolFacts
+from respools.scheduling.state import Kept
 
 KeptEligibility = tuple[tuple[str, ...], str | None, tuple[object, ...]]
 """A class of requests' candidate pools, rejection and signature (``Eligibility`` without the cycle's
@@ -33,10 +33,8 @@ class Memory:
 
     groups: GroupKeys = field(default_factory=GroupKeys)
     """Each waiting request's group key (``GroupKeys``)."""
-    leases: dict[str, LeaseView] = field(default_factory=dict)
-    """A view per live lease, its grant's facts and its devices resolved on its pool's map."""
-    pools: dict[str, PoolFacts] = field(default_factory=dict)
-    """What each pool's spec alone decides (``PoolFacts``), while the snapshot has the same spec."""
+    accounting: Kept = field(default_factory=Kept)
+    """Pool facts and lease views (``Kept``), which the accounting of each cycle starts from."""
     eligibility: dict[int, KeptEligibility] = field(default_factory=dict)
     """Per eligibility class (``KnownGroup.eligibility_class``), what classifying it found, valid
     while ``definitions`` names the same objects."""

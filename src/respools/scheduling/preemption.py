@@ -22,7 +22,7 @@ from respools.scheduling.vectors import Vector, add_into
 
 @dataclass(slots=True, eq=False)  # identity: the trial takes candidates out of a list by identity
 class Candidate:
-    order: tuple[int, int, int, float, str]
+    order: tuple[int, int, int, float, int, str]
     lease: LeaseView
     why: PreemptReason
     own: bool
@@ -34,10 +34,16 @@ class Plan:
     reason: PreemptReason
 
 
-def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Plan | None:
-    selection = _select(pool, quota, rv)
+def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool = True) -> Plan | None:
+    """The minimal set of victims for ``rv`` on ``pool``, or None. A set taken by reclaim that keeps
+    some of the waiter's own victims may leave its subject above its reserved share after all: the
+    waiter is then planned again as one that may not reclaim (other reasons, its own leases)."""
+    selection = _select(pool, quota, rv, may_reclaim)
     if selection is None or not _could_fit(pool, quota, rv, selection):
         return None
+    if selection.reclaim_needs_own and selection.others and _others_suffice(pool, quota, rv, selection):
+        # The greedy pass would stop before any own victim, and the set would fail ``_reclaim_holds``.
+        return plan_preemption(pool, quota, rv, may_reclaim=False)
     candidates = selection.candidates(quota)
     trial = _Trial(pool, quota, rv)
     try:
@@ -46,9 +52,11 @@ def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Pl
         trial.restore()
     if chosen is None:
         return None
+    if not _reclaim_holds(pool, quota, rv, chosen):
+        return plan_preemption(pool, quota, rv, may_reclaim=False)
     others = [c for c in chosen if not c.own]
     reason = others[0].why if others else PreemptReason.PRIORITY
-    if reason is PreemptReason.RECLAIM and _leans_on_reservation(pool, quota, rv):
+    if reason is PreemptReason.RECLAIM and _leans_on_reservation(pool, quota, rv, chosen):
         reason = PreemptReason.RESERVATION
     return Plan(tuple(c.lease for c in chosen), reason)
 
@@ -76,6 +84,22 @@ def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection:
             for devices_of_lease in held:
                 devices.apply(devices_of_lease)
     return cast(bool, fits)
+
+
+def _others_suffice(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> bool:
+    """Whether the other subjects' candidates alone would make the waiter fit (books and devices)."""
+    if quota_miss(pool, quota, rv, selection.others_released) is not None:
+        return False
+    devices, shape = pool.devices, rv.shape
+    if devices is None or not shape.needs_devices or _fits_now(pool, shape):
+        return True
+    held = [lv.held for _, _, leases in selection.others for lv in leases]
+    devices.release_all(held)
+    try:
+        return devices.fits(shape, _where_to_look(shape, held))
+    finally:
+        for devices_of_lease in held:
+            devices.apply(devices_of_lease)
 
 
 def _fits_now(pool: PoolState, shape: Shape) -> bool:
@@ -202,7 +226,7 @@ def _victims(quota: SubjectQuota) -> _Victims:
     if quota.victims is None or quota.victims[0] != quota.version:
         leases = sorted(
             (lv for lv in quota.leases if lv.preemptible and not lv.preempting),
-            key=lambda lv: (lv.priority, -lv.granted_ts, lv.id),
+            key=lambda lv: (lv.priority, -lv.granted_ts, -lv.grant_seq, lv.id),
         )
         quota.victims = (quota.version, _Victims(quota.effective(), leases, {}, {}))
     return cast(_Victims, quota.victims[1])
@@ -223,41 +247,52 @@ class _Selection:
     key: tuple[object, ...]
     """What the selection was made from (the waiter's subject, its standing and its request priority):
     within one state of the pool, equal keys select the same leases."""
+    others_released: Vector
+    reclaim_needs_own: bool
+    """Reclaim was allowed only with the waiter's own candidates counted as released."""
 
     def leases(self) -> list[LeaseView]:
         return [lv for _, _, leases in self.others for lv in leases] + self.own
 
     def candidates(self, quota: SubjectQuota) -> list[Candidate]:
         out = [
-            Candidate((0, other.priority, lv.priority, -lv.granted_ts, lv.id), lv, why, False)
+            Candidate((0, other.priority, lv.priority, -lv.granted_ts, -lv.grant_seq, lv.id), lv, why, False)
             for other, why, leases in self.others
             for lv in leases
         ]
         out.extend(
-            Candidate((1, quota.priority, lv.priority, -lv.granted_ts, lv.id), lv, PreemptReason.PRIORITY, True)
+            Candidate(
+                (1, quota.priority, lv.priority, -lv.granted_ts, -lv.grant_seq, lv.id), lv, PreemptReason.PRIORITY, True
+            )
             for lv in self.own
         )
         out.sort(key=lambda c: c.order)
         return out
 
 
-def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection | None:
+def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> _Selection | None:
     """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
     priority or fair share; then the waiter's own leases of lower request priority."""
     capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
+    own, own_released = _victims(quota).below(rv.priority)
+    # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
+    # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
+    incoming, leaving = quota.incoming, quota.leaving  # ``quota.effective()`` per key, without a new dict
     short_keys = []
-    within_limit = reclaim = True
+    within_limit, reclaim, without_own = True, may_reclaim, True
     for k, a in rv.demand.items():
         cap = capacity.get(k)
         if cap is None:
             continue
         if free.get(k, 0) < a:
             short_keys.append(k)
-        after = usage.get(k, 0) + a
-        if after > quota.limit_of(k, cap):
+        used = usage.get(k, 0) + incoming.get(k, 0)
+        if used - own_released.get(k, 0) + a > quota.limit_of(k, cap):  # the trial checks the set chosen
             within_limit = False
-        if after > reserved.get(k, 0):
+        if used - leaving.get(k, 0) - own_released.get(k, 0) + a > reserved.get(k, 0):
             reclaim = False
+        elif used - leaving.get(k, 0) + a > reserved.get(k, 0):
+            without_own = False
     # Nothing short in the books but no device fits: free devices.
     short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
     fair = pool.spec.fair_share_preemption and rv.preemptible
@@ -268,12 +303,13 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> _Selection
     if found is None:
         found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
     others, others_release = cast(tuple[Taken, Vector], found)
-    own, own_released = _victims(quota).below(rv.priority)
     if not others and not own:
         return None
     released = dict(others_release)
     add_into(released, own_released)
-    return _Selection(others, own, released, own_released, (*key[1:], rv.priority))
+    return _Selection(
+        others, own, released, own_released, (*key[1:], rv.priority), others_release, reclaim and not without_own
+    )
 
 
 def _others(
@@ -346,7 +382,26 @@ def _fair(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Ca
     return True
 
 
-def _leans_on_reservation(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> bool:
+def _reclaim_holds(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Candidate]) -> bool:
+    """DESIGN §2.5 reclaim with the victims actually chosen: the subject stays within its reserved
+    share after the grant, its own victims counted as released. The selection allowed reclaim on all
+    of its own candidates going; a minimal set that keeps some of them may no longer be entitled."""
+    if not any(c.why is PreemptReason.RECLAIM for c in chosen):
+        return True
+    after = quota.effective()
+    for c in chosen:
+        if c.own:
+            add_into(after, c.lease.resources, -1)
+    add_into(after, rv.demand)
+    return all(after.get(k, 0) <= quota.reserved.get(k, 0) for k in rv.demand if k in pool.capacity)
+
+
+def _leans_on_reservation(pool: PoolState, quota: SubjectQuota, rv: RequestView, chosen: list[Candidate]) -> bool:
+    """Whether the reclaim needs a reservation's share on top of the policy's (own victims released)."""
+    after = quota.effective()
+    for c in chosen:
+        if c.own:
+            add_into(after, c.lease.resources, -1)
     return any(
-        quota.usage.get(k, 0) + a > quota.policy_reserved.get(k, 0) for k, a in rv.demand.items() if k in pool.capacity
+        after.get(k, 0) + a > quota.policy_reserved.get(k, 0) for k, a in rv.demand.items() if k in pool.capacity
     )

@@ -213,7 +213,8 @@ def derived(request: Request, key: GroupKey, cache: dict[tuple[object, ...], Der
     found = cache.get((resources, replicas, gpu_class, selectors))
     if found is None:
         shape = shape_of(request.resources, replicas, gpu_class, request.selectors)
-        demand = scaled(request.resources, replicas)
+        # Asking for 0 of a key asks for nothing: it must not make a pool without that key ineligible.
+        demand = scaled({k: v for k, v in request.resources.items() if v}, replicas)
         demand[STEP_RUN] = request.resources.get(STEP_RUN, 1)
         found = cache[(resources, replicas, gpu_class, selectors)] = (demand, shape)
     return found

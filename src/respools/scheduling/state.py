@@ -8,15 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
-from typing import TYPE_CHECKING
 
 from respools.model import Form, Lease, PolicySpec, PoolSpec, RequestState, ReservationSpec
 from respools.scheduling.placement import DeviceMap, Held, Shape, never_fits, possible_on_empty
 from respools.scheduling.validation import pool_capacity
 from respools.scheduling.vectors import Vector, add_into
-
-if TYPE_CHECKING:
-    from respools.scheduling.memory import Memory
 
 
 @dataclass(slots=True, eq=False)
@@ -35,6 +31,8 @@ class LeaseView:
     priority: int
     preemptible: bool
     granted_ts: float
+    grant_seq: int
+    """With ``granted_ts``, the order grants were made (``Lease.grant_seq``)."""
     max_runtime_s: float | None
     preempting: bool = False
     preempted_for: str | None = None
@@ -57,6 +55,7 @@ class LeaseView:
             fields["priority"],
             fields["preemptible"],
             fields["granted_at"].timestamp(),
+            fields["grant_seq"],
             fields["max_runtime_s"],
         )
 
@@ -166,7 +165,7 @@ class PoolFacts:
     def of(cls, spec: PoolSpec) -> PoolFacts:
         return cls(
             spec=spec,
-            capacity={k: v for k, v in pool_capacity(spec).items() if v > 0},
+            capacity=pool_capacity(spec),  # a capacity of 0 meters the key and offers none of it
             forms=frozenset(spec.forms) if spec.forms is not None else frozenset(Form),
             devices=DeviceMap(spec) if spec.inventory is not None else None,
         )
@@ -224,13 +223,24 @@ class PoolState:
         return self.derived
 
 
+@dataclass(eq=False)
+class Kept:
+    """What the accounting keeps from one cycle to the next (part of ``Memory``, which holds it here so
+    that this module needs nothing of the memory's: the package reads one way)."""
+
+    pools: dict[str, PoolFacts] = field(default_factory=dict)
+    """What each pool's spec alone decides (``PoolFacts``), while the snapshot has the same spec."""
+    leases: dict[str, LeaseView] = field(default_factory=dict)
+    """A view per live lease, its grant's facts and its devices resolved on its pool's map."""
+
+
 def build_pools(
     now: datetime,
     pools: Sequence[PoolSpec],
     policies: Sequence[PolicySpec],
     reservations: Sequence[ReservationSpec],
     leases: Sequence[Lease],
-    memory: Memory | None = None,
+    memory: Kept | None = None,
 ) -> dict[str, PoolState]:
     """The accounting of every pool at ``now``. With a ``memory``, what follows from a pool's spec or
     a lease's grant alone is taken from the cycles before, and kept for the ones after."""
@@ -284,7 +294,7 @@ def build_pools(
     return states
 
 
-def _account_leases(states: dict[str, PoolState], leases: list[Lease], memory: Memory | None) -> None:
+def _account_leases(states: dict[str, PoolState], leases: list[Lease], memory: Kept | None) -> None:
     """Charge every live lease to its subject and pool and occupy its devices. This runs for every
     lease in every cycle, so it reads each lease's mutable fields only (its state and who preempted
     it) when the memory already knows the lease."""

@@ -131,6 +131,7 @@ def lease_of(row: Mapping[Any, Any]) -> Lease:
             attempt=row["attempt"],
             labels=row["labels"],
             granted_at=row["granted_at"],
+            grant_seq=row["grant_seq"],
             started_at=row["started_at"],
             expires_at=row["expires_at"],
             max_runtime_s=row["max_runtime_s"],

@@ -157,6 +157,7 @@ class LeaseRow(SQLModel, table=True):
     attempt: int = 0
     labels: dict[str, str] = _json()
     granted_at: datetime = _time()
+    grant_seq: int = 0
     started_at: datetime | None = _time(nullable=True)
     expires_at: datetime = _time()
     max_runtime_s: float | None = None

@@ -125,7 +125,7 @@ def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcom
     now = tx.now
     lease_rows: list[dict[str, Any]] = []
     request_rows: list[dict[str, Any]] = []
-    for grant in decisions.grants:
+    for seq, grant in enumerate(decisions.grants):  # in the order the cycle made them
         request = requests[grant.request_id]
         pool = cycle.pools[grant.pool]
         lease_id = new_lease_id()
@@ -145,6 +145,7 @@ def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcom
                 "attempt": request.attempt,
                 "labels": request.labels,
                 "granted_at": now,
+                "grant_seq": seq,
                 "started_at": None,
                 "expires_at": now + timedelta(seconds=pool.init_timeout_s),
                 "max_runtime_s": request.max_runtime_s,
