@@ -19,7 +19,18 @@ from respools.server.errors import install_error_handlers
 from respools.server.gc_tuning import tune_for_serving
 from respools.server.log_format import configure_logging
 from respools.server.metrics import Metrics
-from respools.server.routes import events, health, leases, policies, pools, requests, reservations, subjects, tokens
+from respools.server.routes import (
+    events,
+    health,
+    leases,
+    policies,
+    pools,
+    requests,
+    reservations,
+    subjects,
+    tokens,
+    usage,
+)
 from respools.server.services import Services
 from respools.server.settings import Settings
 
@@ -38,6 +49,7 @@ TAGS = [
     {"name": "reservations", "description": "Guaranteed capacity in a time window."},
     {"name": "tokens", "description": "Bearer tokens and roles (admin, subject, viewer)."},
     {"name": "events", "description": "The log of grants, rejections, preemptions, expiries and requeues."},
+    {"name": "usage", "description": "GPU-seconds and other keys per subject, pool and day/hour, from the leases."},
     {"name": "operations", "description": "Health, readiness and Prometheus metrics."},
 ]
 
@@ -120,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     services = Services.build(settings)
     app.state.services = services
     install_error_handlers(app)
-    for module in (requests, leases, pools, policies, subjects, reservations, tokens, events, health):
+    for module in (requests, leases, pools, policies, subjects, reservations, tokens, events, usage, health):
         add_routes(app, module.router)
     app.include_router(dashboard.router)
     app.add_middleware(HttpMetricsMiddleware, metrics=services.metrics)
