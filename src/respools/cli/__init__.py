@@ -33,6 +33,7 @@ def _register() -> None:
         server,  # noqa: F401
         subjects,  # noqa: F401
         tokens,  # noqa: F401
+        usage,  # noqa: F401
     )
 
 
