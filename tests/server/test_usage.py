@@ -137,3 +137,10 @@ def test_a_real_lease_shows_up(api: Api) -> None:
     # the world's policy reserves 4 GPUs: 4 in share and 2 borrowed for as long as the lease was held
     assert row["in_share"]["gpu"] == pytest.approx(4 * held, abs=0.002)
     assert row["borrowed"]["gpu"] == pytest.approx(2 * held, abs=0.002)
+
+
+def test_prometheus_counters_come_from_the_same_ledger(api: Api, history: dict[str, str]) -> None:
+    metrics = api.client.get("/metrics").text
+    labels = f'pool="{history["pool"]}",subject="{history["a"]}"'
+    for kind, seconds in (("in_share", 12600.0), ("borrowed", 5400.0), ("preempted", 7200.0)):
+        assert f'respools_usage_gpu_seconds_total{{kind="{kind}",{labels}}} {seconds}' in metrics, kind
