@@ -35,6 +35,7 @@ def _register() -> None:
         subjects,  # noqa: F401
         tokens,  # noqa: F401
         trace,  # noqa: F401
+        usage,  # noqa: F401
     )
 
 

@@ -31,6 +31,7 @@ from respools.server.routes import (
     reservations,
     subjects,
     tokens,
+    usage,
 )
 from respools.server.services import Services
 from respools.server.settings import Settings
@@ -51,6 +52,7 @@ TAGS = [
     {"name": "tokens", "description": "Bearer tokens and roles (admin, subject, viewer)."},
     {"name": "definitions", "description": "Many definition changes at once, all or nothing (`respools apply`)."},
     {"name": "events", "description": "The log of grants, rejections, preemptions, expiries and requeues."},
+    {"name": "usage", "description": "GPU-seconds and other keys per subject, pool and day/hour, from the leases."},
     {"name": "operations", "description": "Health, readiness and Prometheus metrics."},
 ]
 
@@ -133,7 +135,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     services = Services.build(settings)
     app.state.services = services
     install_error_handlers(app)
-    for module in (requests, leases, pools, policies, subjects, reservations, tokens, definitions, events, health):
+    for module in (
+        requests,
+        leases,
+        pools,
+        policies,
+        subjects,
+        reservations,
+        tokens,
+        definitions,
+        events,
+        usage,
+        health,
+    ):
         add_routes(app, module.router)
     app.include_router(dashboard.router)
     app.add_middleware(InputGuard, max_body_bytes=settings.max_body_bytes)

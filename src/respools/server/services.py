@@ -26,6 +26,7 @@ from respools.server.ops.status import pool_statuses
 from respools.server.ops.tokens import bootstrap_admin_token, ensure_admin_token
 from respools.server.reconciler import Reconciler
 from respools.server.settings import Settings
+from respools.server.usage_metrics import UsageCollector
 from respools.server.watchers import EventFeed, RequestWatch
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class Services:
         bus.subscribe(tokens.on_changes)
         bus.subscribe(reconciler.on_changes)
         metrics.add_pool_collector(lambda: pool_statuses(db, definitions))
+        metrics.registry.register(UsageCollector(db))
         if db.is_postgres:
             services.listener = PgListener(db.url, bus)
         return services

@@ -15,15 +15,20 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
+from respools.server import usage as usage_ledger
 from respools.server.dashboard.access import AdminActionDep, DashboardDep, ViewerDep, current_viewer, same_origin
+from respools.server.dashboard.chargeback import chargeback_csv, parse_prices
+from respools.server.dashboard.chargeback import window as chargeback_window
+from respools.server.dashboard.formatting import as_utc
 from respools.server.dashboard.render import STATIC, View, build_view
 from respools.server.dashboard.runtime import Dashboard
 from respools.server.dashboard.session import COOKIE_NAME
@@ -185,6 +190,29 @@ async def drain_pool(pool: str, dashboard: DashboardDep, viewer: AdminActionDep)
 async def resume_pool(pool: str, dashboard: DashboardDep, viewer: AdminActionDep) -> JSONResponse:
     stored = await run_in_threadpool(pools.set_draining, dashboard.services.db, pool, False)
     return _done(f"pool {stored.name} grants again", draining=False)
+
+
+@router.get("/ui/usage.csv")
+async def usage_csv(
+    dashboard: DashboardDep,
+    viewer: ViewerDep,
+    since: datetime,
+    until: datetime | None = None,
+    price: Annotated[list[str] | None, Query(max_length=64)] = None,
+) -> Response:
+    """The chargeback table of the window as CSV (GPU-hours per team and pool, cost where priced)."""
+    prices = parse_prices(price or [])
+    now = usage_ledger.now_utc()
+    end = min(as_utc(until), now) if until is not None else now
+    start = as_utc(since)
+    chargeback_window(start, end)
+    spans = await run_in_threadpool(
+        dashboard.services.db.read,
+        lambda conn: usage_ledger.intervals(conn, start, end, now, viewer.only_subject),
+    )
+    groups = usage_ledger.aggregate(spans, start, end, [usage_ledger.Dimension.SUBJECT, usage_ledger.Dimension.POOL])
+    headers = {"Content-Disposition": 'attachment; filename="respools-chargeback.csv"', "Cache-Control": "no-store"}
+    return Response(chargeback_csv(groups, prices), media_type="text/csv", headers=headers)
 
 
 @router.get("/ui/static/{name}")
