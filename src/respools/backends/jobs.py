@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
 from respools.model import Lease, PoolSpec
 
 
@@ -97,3 +99,17 @@ class JobRunner(ABC):
     @abstractmethod
     def cancel(self, job_id: str) -> None:
         """Ask the provider to stop the job; it reaches a terminal phase later."""
+
+
+def provider_retrying(
+    transient: tuple[type[BaseException], ...], *, attempts: int, backoff_s: float, max_backoff_s: float
+) -> Retrying:
+    """How a runner calls its provider: errors the provider means as "try again" (429, 5xx, a dropped
+    connection) are retried with exponential backoff, anything else is raised at once, and so is the
+    last transient one."""
+    return Retrying(
+        retry=retry_if_exception_type(transient),
+        wait=wait_exponential(multiplier=backoff_s, max=max_backoff_s),
+        stop=stop_after_attempt(attempts),
+        reraise=True,
+    )

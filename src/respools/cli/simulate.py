@@ -21,7 +21,7 @@ from respools.definitions.document import load_definitions
 from respools.definitions.source import DefinitionFileError, Source
 from respools.whatif.reference import work_conserving
 from respools.whatif.replay import DEFAULT_START, ReplayOptions, replay
-from respools.whatif.report import Figures, figures
+from respools.whatif.report import SUBJECT_COLUMNS, Figures, figures, subject_cells
 from respools.whatif.trace import TraceError, TraceJob, read_trace
 
 
@@ -115,25 +115,9 @@ def _print(results: list[Figures]) -> None:
             )
     console.print(pools)
     subjects = Table(title="per subject (waits in minutes; GPU-hours)")
-    columns = ("definitions", "subject", "jobs", "done", "rejected", "wait p50", "p95", "max", "in share", "borrowed")
-    for column in (*columns, "preempted", "lost", "share", "entitled"):
+    for column in ("definitions", *SUBJECT_COLUMNS):
         subjects.add_column(column, justify="left" if column in ("definitions", "subject") else "right")
     for result in results:
         for s in result.subjects:
-            subjects.add_row(
-                result.label,
-                s.subject,
-                str(s.jobs),
-                str(s.done),
-                str(s.rejected),
-                f"{s.wait_p50_s / 60:.1f}",
-                f"{s.wait_p95_s / 60:.1f}",
-                f"{s.wait_max_s / 60:.1f}",
-                f"{s.in_share_gpu_h:,.0f}",
-                f"{s.borrowed_gpu_h:,.0f}",
-                f"{s.preemptions} / {s.preempted_gpu_h:,.0f}",
-                f"{s.lost_gpu_h:,.0f}",
-                f"{s.share:.1%}",
-                f"{s.entitlement:.1%}",
-            )
+            subjects.add_row(result.label, *subject_cells(s))
     console.print(subjects)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from respools.whatif.report import Figures
+from respools.whatif.report import SUBJECT_COLUMNS, Figures, subject_cells
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -139,42 +139,5 @@ def _pools_table(runs: Sequence[Figures]) -> str:
 
 
 def _subjects_table(runs: Sequence[Figures]) -> str:
-    rows = [
-        [
-            run.label,
-            s.subject,
-            str(s.jobs),
-            str(s.done),
-            str(s.rejected),
-            f"{s.wait_p50_s / 60:.1f}",
-            f"{s.wait_p95_s / 60:.1f}",
-            f"{s.wait_max_s / 60:.1f}",
-            f"{s.in_share_gpu_h:,.0f}",
-            f"{s.borrowed_gpu_h:,.0f}",
-            str(s.preemptions),
-            f"{s.preempted_gpu_h:,.0f}",
-            f"{s.lost_gpu_h:,.0f}",
-            f"{s.share:.1%}",
-            f"{s.entitlement:.1%}",
-        ]
-        for run in runs
-        for s in run.subjects
-    ]
-    head = (
-        "definitions",
-        "subject",
-        "steps",
-        "done",
-        "rejected",
-        "wait p50 (min)",
-        "p95",
-        "max",
-        "in-share GPU-h",
-        "borrowed GPU-h",
-        "preemptions",
-        "preempted GPU-h",
-        "lost GPU-h",
-        "share of pools",
-        "entitled (reserved)",
-    )
-    return "<h2>Subjects</h2>" + _table(head, rows)
+    rows = [[run.label, *subject_cells(s)] for run in runs for s in run.subjects]
+    return "<h2>Subjects</h2>" + _table(("definitions", *SUBJECT_COLUMNS), rows)

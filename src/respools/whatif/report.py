@@ -155,3 +155,41 @@ def figures(run: RunResult, reference: ReferenceRun, last_submit_s: float) -> Fi
 
 def _clip(start: float, end: float, window: float) -> float:
     return max(0.0, min(end, window) - max(start, 0.0))
+
+
+SUBJECT_COLUMNS = (
+    "subject",
+    "steps",
+    "done",
+    "rejected",
+    "wait p50 (min)",
+    "p95",
+    "max",
+    "in-share GPU-h",
+    "borrowed GPU-h",
+    "preemptions",
+    "preempted GPU-h",
+    "lost GPU-h",
+    "share",
+    "entitled",
+)
+
+
+def subject_cells(s: SubjectFigures) -> list[str]:
+    """One subject's figures as the terminal table and the HTML report show them (``SUBJECT_COLUMNS``)."""
+    return [
+        s.subject,
+        str(s.jobs),
+        str(s.done),
+        str(s.rejected),
+        f"{s.wait_p50_s / 60:.1f}",
+        f"{s.wait_p95_s / 60:.1f}",
+        f"{s.wait_max_s / 60:.1f}",
+        f"{s.in_share_gpu_h:,.0f}",
+        f"{s.borrowed_gpu_h:,.0f}",
+        str(s.preemptions),
+        f"{s.preempted_gpu_h:,.0f}",
+        f"{s.lost_gpu_h:,.0f}",
+        f"{s.share:.1%}",
+        f"{s.entitlement:.1%}",
+    ]

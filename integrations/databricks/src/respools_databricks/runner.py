@@ -22,9 +22,8 @@ from databricks.sdk import WorkspaceClient
 from databricks.sdk import errors as dbx_errors
 from databricks.sdk.errors.base import DatabricksError
 from databricks.sdk.service import compute, jobs
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from respools.backends.jobs import JobError, JobLaunch, JobPhase, JobRunner, JobStatus
+from respools.backends.jobs import JobError, JobLaunch, JobPhase, JobRunner, JobStatus, provider_retrying
 from respools.backends.protocol import BackendError
 
 T = TypeVar("T")
@@ -76,11 +75,8 @@ class DatabricksJobRunner(JobRunner):
     ) -> None:
         self._workspace = workspace
         self._job_cluster = job_cluster
-        self._retrying = Retrying(
-            retry=retry_if_exception_type(TRANSIENT),
-            wait=wait_exponential(multiplier=backoff_s, max=max_backoff_s),
-            stop=stop_after_attempt(attempts),
-            reraise=True,
+        self._retrying = provider_retrying(
+            TRANSIENT, attempts=attempts, backoff_s=backoff_s, max_backoff_s=max_backoff_s
         )
 
     def submit(self, launch: JobLaunch) -> JobStatus:

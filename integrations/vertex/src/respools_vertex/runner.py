@@ -21,9 +21,8 @@ from typing import Any, TypeVar
 from google.api_core import exceptions as google_errors
 from google.auth import exceptions as auth_errors
 from google.cloud import aiplatform_v1
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from respools.backends.jobs import JobError, JobLaunch, JobPhase, JobRunner, JobStatus
+from respools.backends.jobs import JobError, JobLaunch, JobPhase, JobRunner, JobStatus, provider_retrying
 from respools.backends.protocol import BackendError
 from respools_vertex.jobs import location
 from respools_vertex.settings import VertexSettings
@@ -78,11 +77,8 @@ class VertexJobRunner(JobRunner):
         self._client = client
         self._parent = location(settings)
         self._fragment = fragment
-        self._retrying = Retrying(
-            retry=retry_if_exception_type(TRANSIENT),
-            wait=wait_exponential(multiplier=backoff_s, max=max_backoff_s),
-            stop=stop_after_attempt(attempts),
-            reraise=True,
+        self._retrying = provider_retrying(
+            TRANSIENT, attempts=attempts, backoff_s=backoff_s, max_backoff_s=max_backoff_s
         )
 
     def submit(self, launch: JobLaunch) -> JobStatus:
