@@ -6,6 +6,7 @@ refusal becomes an ``ApiError`` with the server's ``detail`` and ``field``."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 import httpx
@@ -142,3 +143,18 @@ def test_empty_answers_decode_to_none_and_params_drop_none() -> None:
     assert client.delete("/v1/pools/x", params={"force": None, "cascade": True}) is None
     assert str(calls[0].url) == "http://respools.test/v1/pools/x?cascade=true"
     assert calls[0].headers["Authorization"] == "Bearer tok"
+
+
+def test_the_sdks_own_requests_stay_out_of_httpxs_info_log(caplog: pytest.LogCaptureFixture) -> None:
+    """A host logging INFO (ZenML does) saw one "HTTP Request" line per heartbeat and long-poll; the SDK's
+    calls leave httpx's log (they are on respools.client at DEBUG), the host's own httpx calls stay."""
+    client, calls = client_with(lambda _: httpx.Response(200, json=[]))
+    with caplog.at_level(logging.DEBUG):
+        client.get("/v1/pools")
+        client.get("/v1/pools")
+        with httpx.Client(transport=httpx.MockTransport(lambda _: httpx.Response(204))) as other:
+            other.get("http://elsewhere.test/ping")
+    httpx_lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert len(calls) == 2
+    assert httpx_lines == ['HTTP Request: GET http://elsewhere.test/ping "HTTP/1.1 204 No Content"'], httpx_lines
+    assert [r.getMessage() for r in caplog.records if r.name == "respools.client"] == ["GET /v1/pools -> 200"] * 2

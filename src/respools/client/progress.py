@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from respools.model import Request, RequestSpec, format_resources
+from respools.model import Request, RequestSpec, RequestState, format_resources
 
 log = logging.getLogger("respools.client")
 
@@ -109,8 +109,8 @@ class WaitProgress:
         return " · ".join(parts)
 
     def _log_change(self) -> None:
-        if self.interactive or self._request is None:
-            return
+        if self.interactive or self._request is None or self._request.state != RequestState.PENDING:
+            return  # a request granted (or refused) at once was never waited for: nothing to say about a wait
         request = self._request
         key = (request.state, request.queue_position, request.wait_reason, request.reason)
         if key != self._logged:

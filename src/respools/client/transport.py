@@ -20,6 +20,7 @@ with the whole budget, however many kills it has lived through.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -35,6 +36,20 @@ from respools.client.config import ClientConfig
 from respools.client.errors import ApiError, ServerUnreachable
 
 log = logging.getLogger("respools.client")
+
+_OWN_CALL: contextvars.ContextVar[bool] = contextvars.ContextVar("respools_own_call", default=False)
+
+
+class _QuietOwnRequests(logging.Filter):
+    """httpx logs every request at INFO; a host that logs INFO (ZenML does) printed a line per heartbeat
+    and long-poll of every lease, dozens per step. The SDK's own calls are dropped from httpx's log (they
+    are on ``respools.client`` at DEBUG); the host's other httpx calls are left as they are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno > logging.INFO or not _OWN_CALL.get()
+
+
+logging.getLogger("httpx").addFilter(_QuietOwnRequests())
 
 REPLAYABLE_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE"})
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -199,6 +214,7 @@ class Transport:
         def send() -> httpx.Response:
             index = self._current
             started = time.monotonic()
+            own = _OWN_CALL.set(True)
             try:
                 response = self._http.request(
                     method, self.urls[index] + path, params=_clean(params), json=json, headers=headers, timeout=timeout
@@ -207,6 +223,9 @@ class Transport:
                 failing.add(exc, time.monotonic() - started)
                 self._fail_over(index)
                 raise
+            finally:
+                _OWN_CALL.reset(own)
+            log.debug("%s %s -> %s", method, path, response.status_code)
             self.answered = True
             if response.status_code >= 500 and (replayable or response.status_code == 503):
                 failed = _RetryableStatus(response)
