@@ -53,7 +53,9 @@ class PipelineProcess:
 def start_pipeline(tmp_path: Path) -> Iterator[Callable[..., PipelineProcess]]:
     started: list[PipelineProcess] = []
 
-    def start(scenario: str, world: World, name: str, *options: str) -> PipelineProcess:
+    def start(
+        scenario: str, world: World, name: str, *options: str, env: dict[str, str] | None = None
+    ) -> PipelineProcess:
         workdir = tmp_path / name
         workdir.mkdir()
         env = {
@@ -61,6 +63,7 @@ def start_pipeline(tmp_path: Path) -> Iterator[Callable[..., PipelineProcess]]:
             **QUIET_ZENML_ENV,
             "ZENML_CONFIG_PATH": str(workdir / "zenml"),
             "RESPOOLS_CONFIG": "",
+            **(env or {}),
         }
         out, log = workdir / "summary.json", workdir / "pipeline.log"
         argv = [sys.executable, str(SCRIPT), scenario, "--url", world.url, "--token", world.token]
@@ -247,3 +250,18 @@ def test_an_ordinary_failure_releases_the_lease_and_the_retry_asks_anew(
     assert {r["state"] for r in requests.values()} == {"released"}
     assert requests[succeeded["metadata"]["request_id"]]["idempotency_key"].endswith("#1")
     assert succeeded["outputs"]["output"] == succeeded["metadata"]["lease_id"]
+
+
+def test_a_run_logging_info_prints_no_request_lines_and_no_wait_for_a_step_granted_at_once(
+    respools_server: RespoolsServer, start_pipeline: Callable[..., PipelineProcess]
+) -> None:
+    """As a ZenML user sees it (INFO, ZenML's default): the SDK's heartbeats and long-polls print no
+    "HTTP Request" line, and a step granted at once prints no "waiting for" line."""
+    world = respools_server.world({"gpu": 1}, {"reserved": {"gpu": 1}, "priority": 10})
+    pipeline = start_pipeline("waiting", world, "info", env={"ZENML_LOGGING_VERBOSITY": "INFO"})
+    result = pipeline.result(timeout=120)
+    assert result["status"] == "completed", result
+    log = pipeline.log.read_text(errors="replace")
+    assert "gpu_step" in log, "ZenML logged at INFO: the run's own lines are there"
+    assert log.count("HTTP Request:") == 0, pipeline.tail()
+    assert log.count("waiting for") == 0, pipeline.tail()

@@ -103,7 +103,7 @@ class QueueEntry:
             self._submitting = self.spec.model_copy(update={"idempotency_key": key})
         request = self.client.submit(self._submitting, wait=wait)
         self.request, self._submitting = request, None
-        log.info("request %s submitted: %s", request.id, progress.describe())
+        log.debug("request %s submitted (%s)", request.id, request.state.value)  # a wait says itself: progress
         return request
 
     def requeued(self, request: Request) -> None:
