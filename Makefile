@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test lint typecheck unit demo bench install clean api-docs
 
-$(STAMP): pyproject.toml constraints.txt $(wildcard integrations/*/pyproject.toml)
+$(STAMP): pyproject.toml constraints.txt scripts/install_helm.py $(wildcard integrations/*/pyproject.toml)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -c constraints.txt -e '.[server,nvml,report,dev]' $(foreach i,$(INTEGRATIONS),-e '$(i)[test]')
+	@# helm for the chart's tests (server/helm/respools); without it those tests skip with the reason.
+	$(BIN)/python scripts/install_helm.py || echo "helm not installed: the helm lint/template tests will skip"
 	touch $(STAMP)
 
 install: $(STAMP)

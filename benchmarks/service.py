@@ -149,7 +149,7 @@ class Served:
 
 
 @contextmanager
-def server(database_url: str, workers: int, log_dir: Path) -> Iterator[Served]:
+def server(database_url: str, workers: int, log_dir: Path, ready_s: float = 60.0) -> Iterator[Served]:
     port = free_port()
     env = os.environ | {
         "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
@@ -171,7 +171,7 @@ def server(database_url: str, workers: int, log_dir: Path) -> Iterator[Served]:
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + ready_s
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"server exited: see {log.name}")
@@ -239,6 +239,8 @@ class Connection:
             head += "Content-Type: application/json\r\n"
         self.writer.write(head.encode() + self.auth + b"\r\n" + payload)
         status_line = await self.reader.readline()
+        if not status_line:
+            raise ConnectionResetError("the server closed the connection")
         length = 0
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
@@ -247,9 +249,11 @@ class Connection:
         data = await self.reader.readexactly(length) if length else b""
         return int(status_line.split()[1]), json.loads(data) if data else None
 
-    async def close(self) -> None:
+    def close(self) -> None:
+        """Close the connection; the next call opens a new one."""
         if self.writer is not None:
             self.writer.close()
+            self.writer = None
 
 
 class Caller(Protocol):
@@ -291,10 +295,10 @@ async def load(url: str, token: str, clients: int, seconds: float) -> tuple[int,
                     done += 1
                 except (OSError, RuntimeError, asyncio.IncompleteReadError, ValueError):
                     errors += 1
-                    await conn.close()
+                    conn.close()
                     conn = Connection(host, int(port), token)
         finally:
-            await conn.close()
+            conn.close()
         return done
 
     started = time.perf_counter()

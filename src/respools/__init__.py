@@ -1,7 +1,8 @@
 """respools: GPU resource pools for ML pipelines, on any stack.
 
 The public API is the client's: ``respools.lease``, ``respools.requires``, ``respools.current_lease``,
-``respools.LeasePreempted``, ``respools.Client``, ``respools.ApiError`` and the hooks. It is imported on
+``respools.checkpointed``, ``respools.LeasePreempted``, ``respools.Client``, ``respools.ApiError`` and the
+hooks. It is imported on
 first use, so the server, the scheduler and the host agent, which import ``respools.model`` and friends,
 do not pay for the client's HTTP and terminal libraries.
 """
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         RespoolsError,
         ServerUnreachable,
         WaitTimeout,
+        checkpointed,
         current_lease,
         lease,
         requires,
@@ -48,6 +50,7 @@ __all__ = [
     "ServerUnreachable",
     "WaitTimeout",
     "__version__",
+    "checkpointed",
     "current_lease",
     "lease",
     "requires",

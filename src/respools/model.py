@@ -480,6 +480,12 @@ class Lease(_Schema):
         "for a full TTL",
     )
     released_at: datetime | None = None
+    checkpointed_at: datetime | None = Field(
+        default=None,
+        description="when its holder last reported a checkpoint (server time); what a preemption loses is "
+        "the work since then",
+    )
+    checkpoints: int = Field(default=0, ge=0, description="checkpoints its holder reported")
 
 
 class Event(_Schema):
@@ -502,3 +508,48 @@ class ErrorBody(_Schema):
 
 
 TokenRole = Literal["admin", "subject", "viewer"]
+
+
+# -- holders of many leases ------------------------------------------------------------------------------
+
+MAX_BATCH_IDS = 1000
+"""Leases per batch heartbeat and requests per watch call, at most."""
+ObjectId = Annotated[str, Field(min_length=1, max_length=100)]
+
+
+class LeaseHeartbeats(_Schema):
+    """``POST /v1/leases/heartbeat``: renew many leases in one call."""
+
+    lease_ids: list[ObjectId] = Field(min_length=1, max_length=MAX_BATCH_IDS, description="at most 1000")
+
+
+class ItemError(_Schema):
+    """Why one item of a batch was refused: the status and message its single-item call would answer."""
+
+    id: str
+    status: int
+    detail: str
+
+
+class HeartbeatOutcomes(_Schema):
+    """Each renewed lease as its own heartbeat would answer it, and each refused one's error."""
+
+    leases: list[Lease] = Field(default_factory=list)
+    errors: list[ItemError] = Field(default_factory=list)
+
+
+class RequestsWatch(_Schema):
+    """``POST /v1/requests/watch``: a long-poll on many requests, each with the state its caller saw."""
+
+    requests: dict[ObjectId, RequestState] = Field(
+        min_length=1, max_length=MAX_BATCH_IDS, description="request id → the state to wait for it to leave"
+    )
+    timeout: float = Field(default=30.0, ge=0, le=86400.0, description="seconds to wait for a change")
+
+
+class WatchedRequests(_Schema):
+    """The watched requests whose state differs from the one given (none after a timeout), and the
+    unknown or forbidden ones."""
+
+    requests: list[Request] = Field(default_factory=list)
+    errors: list[ItemError] = Field(default_factory=list)

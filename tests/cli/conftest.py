@@ -29,7 +29,9 @@ class Cli:
         return self.server.url
 
     def run(self, *args: str, token: str | None = None, input: str | None = None, code: int | None = 0) -> Result:
+        # A generous HTTP timeout: on a loaded 2-core CI machine the first apply can pass the default 10 s.
         env = {"RESPOOLS_URL": self.url, "RESPOOLS_TOKEN": token or self.token, "COLUMNS": "200", "NO_COLOR": "1"}
+        env["RESPOOLS_TIMEOUT"] = "60"
         result = CliRunner().invoke(app, list(args), env=env, input=input)
         if code is not None:
             assert result.exit_code == code, (

@@ -137,3 +137,16 @@ def test_ctrl_c_while_waiting_withdraws_the_request(world: WorldFactory) -> None
         with pytest.raises(KeyboardInterrupt), respools.lease(gpu=1, client=w.client, progress=False):
             pytest.fail("the block must not run")
     assert [r.state for r in w.client.list_requests(states=[RequestState.CANCELLED])] == [RequestState.CANCELLED]
+
+
+def test_a_checkpoint_report_reaches_the_lease(world: WorldFactory) -> None:
+    """``lease.checkpointed()`` and ``respools.checkpointed()`` record the checkpoint on the held lease;
+    outside any lease the module function sends nothing and answers ``None``."""
+    w = world({"gpu": 2})
+    assert respools.checkpointed() is None
+    with respools.lease(gpu=1, client=w.client, progress=False) as lease:
+        first = lease.checkpointed()
+        assert first.checkpoints == 1 and first.checkpointed_at is not None
+        second = respools.checkpointed()
+        assert second is not None and second.checkpoints == 2
+    assert w.client.get_lease(lease.id).checkpoints == 2

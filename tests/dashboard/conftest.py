@@ -36,7 +36,6 @@ def server() -> Iterator[ServerProcess]:
             ADMIN_TOKEN,
             Path(tmp),
             RESPOOLS_LOG_JSON="false",
-            RESPOOLS_DASHBOARD_SAMPLE_MIN_GAP_S="0.2",
             RESPOOLS_DASHBOARD_QUEUE_POLL_S="0.3",
         )
         try:

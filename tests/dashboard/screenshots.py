@@ -231,7 +231,6 @@ def main() -> None:
             ADMIN,
             Path(tmp),
             RESPOOLS_LOG_JSON="false",
-            RESPOOLS_DASHBOARD_SAMPLE_MIN_GAP_S="0.5",
             RESPOOLS_DASHBOARD_HISTORY_WINDOW_S="600",
         )
         try:

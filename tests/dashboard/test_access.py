@@ -222,3 +222,25 @@ def test_an_overdue_lease_shows_how_long_it_has_overrun(client: TestClient) -> N
     leases = client.get("/ui/sections").json()["sections"]["sec-leases"]
     row = leases[leases.index(f'data-lease="{request["lease_id"]}"') :].split("</tr>")[0]
     assert 'class="badge overdue"' in row and re.search(r"overdue \d", row), row
+
+
+def test_a_lease_links_to_the_run_it_serves_and_can_be_linked_to(client: TestClient) -> None:
+    suffix = uuid.uuid4().hex[:6]
+    pool, subject = f"pool-{suffix}", f"team-{suffix}"
+    ok(client, "PUT", f"/v1/pools/{pool}", json={"name": pool, "capacity": {"gpu": 2}})
+    ok(client, "PUT", f"/v1/subjects/{subject}", json={"name": subject})
+    ok(client, "POST", "/v1/policies", json={"subject": subject, "pool": pool, "reserved": {"gpu": 2}})
+    url = "https://zenml.example.com/projects/default/runs/4f1c"
+    leases = {}
+    for label in (url, "javascript:alert(1)"):
+        labels = {"step": "train", "run_url": label}
+        body = {"subject": subject, "pools": [pool], "resources": {"gpu": 1}, "labels": labels}
+        request = ok(client, "POST", "/v1/requests?wait=5", json=body)
+        assert request["state"] == "granted", request
+        leases[label] = request["lease_id"]
+    sign_in(client, ADMIN)
+    section = client.get("/ui/sections").json()["sections"]["sec-leases"]
+    linked = section[section.index(f'id="lease-{leases[url]}"') :].split("</tr>")[0]
+    assert f'<a class="run-link" href="{url}"' in linked and "run_url=" not in linked
+    unsafe = section[section.index(f'id="lease-{leases["javascript:alert(1)"]}"') :].split("</tr>")[0]
+    assert "run-link" not in unsafe and "javascript:" not in unsafe  # a label is text, never a script link

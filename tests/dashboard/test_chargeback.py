@@ -30,7 +30,9 @@ def client() -> Iterator[TestClient]:
             yield test_client
 
 
-def put_lease(client: TestClient, subject: str, pool: str, gpus: int, borrowed: int, hours: float) -> None:
+def put_lease(
+    client: TestClient, subject: str, pool: str, gpus: int, borrowed: int, hours: float, at: datetime = T0
+) -> None:
     row = {
         "id": uuid.uuid4().hex,
         "request_id": uuid.uuid4().hex,
@@ -43,9 +45,9 @@ def put_lease(client: TestClient, subject: str, pool: str, gpus: int, borrowed: 
         "placement": {},
         "preemptible": True,
         "labels": {},
-        "granted_at": T0,
-        "released_at": T0 + timedelta(hours=hours),
-        "expires_at": T0 + timedelta(days=1),
+        "granted_at": at,
+        "released_at": at + timedelta(hours=hours),
+        "expires_at": at + timedelta(days=1),
     }
     db = client.app.state.services.db  # type: ignore[attr-defined]
     db.write(lambda tx: tx.conn.execute(table(LeaseRow).insert().values(**row)))
@@ -61,7 +63,7 @@ def test_chargeback_csv_with_prices_and_scoping(client: TestClient) -> None:
     rows = {r["subject"]: r for r in csv.DictReader(io.StringIO(response.text))}
     assert rows["vision"] == {
         "subject": "vision", "pool": "a100", "gpu_hours_in_share": "6.0000", "gpu_hours_borrowed": "2.0000",
-        "gpu_hours_preempted": "0.0000", "gpu_hours": "8.0000", "cost": "20.00",
+        "gpu_hours_preempted": "0.0000", "gpu_hours_lost": "0.0000", "gpu_hours": "8.0000", "cost": "20.00",
     }  # fmt: skip
     assert rows["nlp"]["gpu_hours"] == "6.0000" and rows["nlp"]["cost"] == ""
 
@@ -73,3 +75,37 @@ def test_chargeback_csv_with_prices_and_scoping(client: TestClient) -> None:
     sign_in(client, token)
     own = list(csv.DictReader(io.StringIO(client.get("/ui/usage.csv", params=WINDOW).text)))
     assert [r["subject"] for r in own] == ["nlp"]
+
+
+def test_usage_page_scoping_prices_and_bad_input(client: TestClient) -> None:
+    """The Usage page (the browser test checks its figures): a viewer sees every team, a subject
+    session only its own; a price in the address is applied; bad input is a 4xx naming the field."""
+    now = datetime.now(UTC)
+    for subject in ("vision2", "nlp2"):
+        ok(client, "PUT", f"/v1/subjects/{subject}", json={"name": subject})
+    put_lease(client, "vision2", "a100", gpus=2, borrowed=0, hours=1, at=now - timedelta(hours=3))
+    put_lease(client, "nlp2", "a100", gpus=1, borrowed=0, hours=2, at=now - timedelta(hours=3))
+    client.cookies.clear()
+    assert "Access token" in client.get("/usage").text  # not signed in: the sign-in prompt
+
+    viewer, _ = new_token(client, "viewer")
+    sign_in(client, viewer)
+    page = client.get("/usage", params={"days": 2, "price": ["a100=10"]})
+    assert page.status_code == 200
+    assert 'data-subject="vision2" data-pool="a100"' in page.text and 'data-subject="nlp2"' in page.text
+    assert '<td class="num cost">20.00</td>' in page.text  # 2 GPU-hours at 10
+    assert "price=a100%3D10" in page.text  # the CSV link carries the price
+
+    token, _ = new_token(client, "subject", "nlp2")
+    sign_in(client, token)
+    own = client.get("/usage", params={"days": 2}).text
+    assert 'data-subject="nlp2" data-pool="a100"' in own and 'data-subject="vision2"' not in own
+
+    for params, field in (
+        ({"days": 0}, "days"),
+        ({"days": 30, "bucket": "hour"}, "days"),
+        ({"bucket": "week"}, "bucket"),
+        ({"price": "a100=-1"}, "price"),
+    ):
+        bad = client.get("/usage", params=params)
+        assert bad.status_code == 422 and field in bad.text, (params, bad.text)

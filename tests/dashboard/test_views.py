@@ -23,10 +23,11 @@ from respools.model import (
 from respools.server.dashboard import formatting
 from respools.server.dashboard.charts import BOTTOM, HEIGHT, Layer, nice_ceiling, step_chart, value_at
 from respools.server.dashboard.gpumap import Holder, build_gpu_map
-from respools.server.dashboard.sampler import History, pool_series, record_usage, team_series
 from respools.server.dashboard.session import SessionCodec
 from respools.server.dashboard.timeline import build_timeline
 from respools.server.dashboard.usage import Holding, pool_usage
+from respools.server.dashboard.utilization import PoolInputs, pool_series, team_series, utilization
+from respools.server.usage import Interval
 
 NOW = datetime(2025, 3, 4, 12, 0, tzinfo=UTC)
 
@@ -263,27 +264,39 @@ def test_session_cookies_are_signed_expire_and_bind_the_csrf_token() -> None:
 # ---- history --------------------------------------------------------------------------------------
 
 
-def test_history_keeps_changes_only_within_the_window() -> None:
-    history = History(window_s=100, max_points=50)
-    key = ("pool", "p", "gpu")
-    assert history.record(0, key, (4, 1, 0))
-    assert not history.record(10, key, (4, 1, 0))
-    assert history.record(20, key, (4, 2, 1))
-    assert history.record(130, key, (4, 3, 1))
-    assert history.series(key, 1) == [(20, 2.0), (130, 3.0)]  # the point before the window is kept
-    assert history.series(key, 0) == [(20, 4.0)]
-    history.forget_stale(500, set())
-    assert history.series(key, 0) == []
+def _span(subject: str, gpus: int, borrowed: int, start_s: float, end_s: float) -> Interval:
+    return Interval(
+        subject=subject,
+        pool="p",
+        resources={"gpu": gpus},
+        borrowed={"gpu": borrowed} if borrowed else {},
+        start=NOW + timedelta(seconds=start_s),
+        end=NOW + timedelta(seconds=end_s),
+        preempted=False,
+    )
 
 
-def test_record_usage_follows_each_pool_and_team_on_the_chart_key() -> None:
-    history = History(window_s=100, max_points=50)
+def test_utilization_series_are_step_sums_of_the_lease_intervals() -> None:
+    """Held from grant to release, clipped to the window: a lease from before the window counts from its
+    start, one still live at its end holds on; in share and borrowed split as the grant recorded."""
     policies = [Policy(subject="a", pool="p", reserved={"gpu": 1})]
-    usage = pool_usage(pool_spec(), policies, [], [Holding("p", "a", {"gpu": 2000}, {"gpu": 1000})], NOW)
-    record_usage(history, [usage], 5.0)
-    assert history.series(pool_series("p", "gpu"), 2) == [(5.0, 1000.0)]
-    assert history.series(team_series("p", "a", "gpu"), 0) == [(5.0, 1000.0)]
-    assert history.series(team_series("p", "a", "gpu"), 3) == [(5.0, 2000.0)]
+    start = Reservation(id="r1", subject="a", pool="p", resources={"gpu": 1}, start=NOW + timedelta(seconds=50),
+                        end=NOW + timedelta(seconds=70))  # fmt: skip
+    usage = pool_usage(pool_spec(), policies, [start], [Holding("p", "a", {"gpu": 2000}, {"gpu": 1000})], NOW)
+    spans = [
+        _span("a", 1000, 0, -50, 30),  # from before the window
+        _span("a", 2000, 1000, 20, 500),  # live past the window's end
+        _span("b", 1000, 0, 200, 300),  # after the window
+    ]
+    t0 = NOW.timestamp()
+    series = utilization([PoolInputs(usage, "gpu", policies, [start])], spans, NOW, NOW + timedelta(seconds=100))
+    pool = pool_series("p", "gpu")
+    assert series.series(pool, "in_share") == [(t0, 1000.0), (t0 + 20, 2000.0), (t0 + 30, 1000.0)]
+    assert series.series(pool, "borrowed") == [(t0, 0.0), (t0 + 20, 1000.0)]
+    team = team_series("p", "a", "gpu")
+    assert series.series(team, "reserved") == [(t0, 1000.0), (t0 + 50, 2000.0), (t0 + 70, 1000.0)]
+    assert series.series(team, "limit") == [(t0, 2000.0)]
+    assert series.window_s == 100
 
 
 @pytest.mark.parametrize("model", ["NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"])

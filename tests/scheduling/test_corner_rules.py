@@ -157,3 +157,68 @@ def test_a_reclaim_that_keeps_the_own_victim_falls_back_to_own_priority() -> Non
     d = sim.step()
     assert d.preemptions[0].lease_ids == (sim.lease_of(own).id,)
     assert d.preemptions[0].reason == PreemptReason.PRIORITY
+
+
+def test_a_look_alike_asking_more_of_another_key_may_preempt_where_the_smaller_failed() -> None:
+    # Found by the oracle. guest holds its reserved GPU and borrows a token. vip (higher policy
+    # priority) asks for the GPU alone: guest borrows no GPU, so nothing may be taken and it waits.
+    # vip's next request asks the GPU and two tokens: it lacks tokens too, and guest's lease borrows a
+    # token, so that lease may be preempted, which frees the GPU as well. Asking more is not failing
+    # alike: "at least as much" brings in the leases that borrow the other key (DESIGN §2.5).
+    sim = Sim([pool("p", gpu=1, tok=2)], [policy("vip", "p", priority=1), policy("guest", "p", reserved={"gpu": 1})])
+    held = sim.submit("guest", True, gpu=1, tok=1)
+    sim.step()
+    small = sim.submit("vip", True, gpu=1)
+    more = sim.submit("vip", True, gpu=1, tok=2)
+    d = sim.step()
+    assert [(p.request_id, p.lease_ids) for p in d.preemptions] == [(more, (sim.lease_of(held).id,))]
+    assert sim.requests[small].state == RequestState.PENDING
+
+
+def test_a_look_alike_of_a_failed_request_is_judged_again_once_the_pool_changed() -> None:
+    # vip's first request lacks only the GPU, which guest holds within its reserved share: it waits.
+    # Then other (same policy priority as vip, same share, submitted between them) takes the last free
+    # token, and vip's identical second request now lacks tokens as well: guest's lease borrows one, so
+    # it may be preempted. Capacity only shrinks within a cycle, but what a waiter may preempt does not.
+    sim = Sim(
+        [pool("p", gpu=1, tok=2)],
+        [
+            policy("vip", "p", priority=1),
+            policy("other", "p", priority=1, weight=0.5),
+            policy("guest", "p", reserved={"gpu": 1}),
+        ],
+    )
+    held = sim.submit("guest", True, gpu=1, tok=1)
+    sim.step()
+    first = sim.submit("vip", True, gpu=1, tok=1)
+    taker = sim.submit("other", True, tok=1)
+    second = sim.submit("vip", True, gpu=1, tok=1)
+    d = sim.step()
+    assert [g.request_id for g in d.grants] == [taker]
+    assert [(p.request_id, p.lease_ids) for p in d.preemptions] == [(second, (sim.lease_of(held).id,))]
+    assert sim.requests[first].state == RequestState.PENDING
+
+
+def test_a_failed_heads_look_alikes_take_their_turn_before_the_subjects_next_request() -> None:
+    # DESIGN §2.4: each subject's queue head competes, one request at a time. a's first request (2 GPUs,
+    # 1 free) fails; its look-alike is then a's head, and b's request, with the same share after the
+    # grant and submitted earlier, comes before it: b is granted the last GPU before a reaches its
+    # in-share request. b borrows only a token, so a cannot reclaim that GPU afterwards.
+    sim = Sim(
+        [pool("p", gpu=3, tok=3)],
+        [
+            policy("holder", "p", reserved={"gpu": 2}),
+            policy("a", "p", reserved={"gpu": 1}),
+            policy("b", "p", reserved={"gpu": 1}),
+        ],
+    )
+    sim.submit("holder", False, gpu=2)
+    sim.step()
+    sim.submit("a", True, gpu=2)  # a's share after the grant: 1 of 3 GPUs borrowed
+    b = sim.submit("b", True, gpu=1, tok=1)  # b's: 1 of 3 tokens
+    sim.submit("a", True, gpu=2)
+    in_share = sim.submit("a", True, gpu=1)
+    d = sim.step()
+    assert [g.request_id for g in d.grants] == [b]
+    assert not d.preemptions
+    assert sim.requests[in_share].state == RequestState.PENDING

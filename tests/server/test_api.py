@@ -239,6 +239,7 @@ def test_reservations_and_definitions_round_trip(api: Api) -> None:
         "token_id": api.ok("GET", "/v1/whoami", world.token)["token_id"],
         "role": "subject",
         "subject": world.subject,
+        "lease_id": None,
     }
 
 

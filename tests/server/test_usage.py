@@ -3,12 +3,15 @@ lease granted and released through the API showing up in the ledger."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from respools.server import usage as ledger
+from respools.server import usage_sql
 from respools.server.db.tables import LeaseRow, table
 from tests.server.conftest import Api
 
@@ -37,7 +40,8 @@ def put_lease(api: Api, subject: str, pool: str, **fields: Any) -> None:
 @pytest.fixture
 def history(api: Api) -> dict[str, str]:
     """Two subjects on one pool: a 2-GPU lease with 1 GPU borrowed for 1 h 30 min, spanning 11:00; a
-    preempted 4-GPU lease for 30 min; and (for the other subject) a half-GPU lease for 2 h on day 2."""
+    preempted 4-GPU lease for 30 min that reported a checkpoint 20 min in; and (for the other subject) a
+    half-GPU lease for 2 h on day 2."""
     suffix = uuid.uuid4().hex[:8]
     names = {"a": f"ua-{suffix}", "b": f"ub-{suffix}", "pool": f"up-{suffix}"}
     put_lease(
@@ -47,6 +51,7 @@ def history(api: Api) -> dict[str, str]:
     put_lease(
         api, names["a"], names["pool"], resources={"gpu": 4000}, state="preempted",
         granted_at=T0 + timedelta(hours=2), released_at=T0 + timedelta(hours=2, minutes=30),
+        checkpointed_at=T0 + timedelta(hours=2, minutes=20), checkpoints=3,
     )  # fmt: skip
     put_lease(
         api, names["b"], names["pool"], resources={"gpu": 500},
@@ -73,6 +78,8 @@ def test_in_share_and_borrowed_split_per_subject(api: Api, history: dict[str, st
     assert a["in_share"] == {"gpu": 5400 + 7200, "mcpu": 4000 * 5400}
     assert a["borrowed"] == {"gpu": 5400}
     assert a["preempted"] == {"gpu": 7200}
+    assert a["lost"] == {"gpu": 4 * 600}  # the 10 minutes since its checkpoint
+    assert b["lost"] == {}
     assert a["total"]["gpu"] == 18000
     assert b["in_share"] == {"gpu": 3600} and b["borrowed"] == {} and b["preempted"] == {}
 
@@ -142,5 +149,74 @@ def test_a_real_lease_shows_up(api: Api) -> None:
 def test_prometheus_counters_come_from_the_same_ledger(api: Api, history: dict[str, str]) -> None:
     metrics = api.client.get("/metrics").text
     labels = f'pool="{history["pool"]}",subject="{history["a"]}"'
-    for kind, seconds in (("in_share", 12600.0), ("borrowed", 5400.0), ("preempted", 7200.0)):
+    for kind, seconds in (("in_share", 12600.0), ("borrowed", 5400.0), ("preempted", 7200.0), ("lost", 2400.0)):
         assert f'respools_usage_gpu_seconds_total{{kind="{kind}",{labels}}} {seconds}' in metrics, kind
+
+
+def test_a_checkpoint_report_splits_preempted_work_into_lost_and_kept(api: Api) -> None:
+    """``POST /v1/leases/{id}/checkpoint`` by the holder (also while preempting): the ledger's ``lost`` is
+    the time since the last report; another subject, a viewer and an ended lease are refused."""
+    world = api.world()
+    other = api.add_subject(world, "other", reserved={"gpu": 1})
+    viewer = api.ok("POST", "/v1/tokens", json={"role": "viewer"})["token"]
+    request = api.submit(world.token, resources={"gpu": 2}, preemptible=True)
+    path = f"/v1/leases/{request['lease_id']}/checkpoint"
+    first = api.ok("POST", path, world.token)
+    assert first["checkpoints"] == 1 and first["checkpointed_at"] is not None
+    assert api.call("POST", path, other).status_code == 403
+    assert api.call("POST", path, viewer).status_code == 403
+    api.ok("POST", f"/v1/leases/{request['lease_id']}/preempt", json={"grace_s": 30})
+    second = api.ok("POST", path, world.token)  # checkpointing on notice is the point of the grace period
+    assert second["checkpoints"] == 2 and second["checkpointed_at"] >= first["checkpointed_at"]
+    lease = api.ok("POST", f"/v1/leases/{request['lease_id']}/release", world.token)
+    assert lease["state"] == "preempted" and lease["checkpointed_at"] == second["checkpointed_at"]
+    ended = api.call("POST", path, world.token)
+    assert ended.status_code == 409 and "lease_id" in ended.text
+    assert api.call("POST", "/v1/leases/no-such-lease/checkpoint", world.token).status_code == 404
+
+    def seconds(end: str, start: str) -> float:
+        return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+
+    since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    (row,) = usage(api, token=world.token, by="subject,pool", since=since, until=None)
+    assert row["preempted"]["gpu"] == pytest.approx(2 * seconds(lease["released_at"], lease["granted_at"]), abs=0.002)
+    assert row["lost"]["gpu"] == pytest.approx(2 * seconds(lease["released_at"], lease["checkpointed_at"]), abs=0.002)
+    assert row["lost"]["gpu"] < row["preempted"]["gpu"]
+
+
+def test_the_database_sums_equal_the_python_sums(api: Api) -> None:
+    """On PostgreSQL the ledger is summed in SQL (``usage_sql``); on random histories — leases across
+    day and hour boundaries and the window's edges, live ones, preempted ones with and without a
+    checkpoint, several keys — it answers what the Python sums of the same rows answer."""
+    db = api.client.app.state.services.db  # type: ignore[attr-defined]
+    if not db.read(usage_sql.supported):
+        pytest.skip("the SQL path is PostgreSQL's")
+    rng = random.Random(26)
+    subject = f"eq-{uuid.uuid4().hex[:8]}"
+    now = datetime.now(UTC)
+    for i in range(60):
+        granted = now - timedelta(seconds=rng.uniform(0, 4 * 86400))
+        ended = None if i % 10 == 0 else min(now, granted + timedelta(seconds=rng.expovariate(1 / 20000)))
+        preempted = ended is not None and i % 3 == 0
+        checkpoint = None
+        if ended is not None and preempted and i % 2 == 0:
+            checkpoint = granted + (ended - granted) * rng.random()
+        put_lease(
+            api, subject, f"eq-pool-{i % 3}", resources={"gpu": rng.choice((500, 1000, 4000)), "mcpu": 2000},
+            borrowed={"gpu": 500} if i % 4 == 0 else {},
+            state="preempted" if preempted else ("active" if ended is None else "released"),
+            granted_at=granted, released_at=ended, checkpointed_at=checkpoint,
+        )  # fmt: skip
+    since, until = now - timedelta(days=3, hours=5, minutes=7), now - timedelta(minutes=3)
+    for by in (["subject", "pool"], ["subject", "day"], ["pool", "hour"], ["subject"]):
+        dims = [ledger.Dimension(d) for d in by]
+        in_sql = db.read(lambda conn: usage_sql.aggregate_in_database(conn, since, until, now, subject, dims))  # noqa: B023
+        spans = db.read(lambda conn: ledger.intervals(conn, since, until, now, subject))
+        in_python = ledger.aggregate(spans, since, until, dims)
+        assert in_sql.keys() == in_python.keys(), by
+        for key, expected in in_python.items():
+            got = in_sql[key]
+            assert got.leases == expected.leases, (by, key)
+            for kind in ("in_share", "borrowed", "preempted", "lost"):
+                want = {k: v for k, v in getattr(expected, kind).items() if v}
+                assert getattr(got, kind) == pytest.approx(want, rel=1e-9, abs=1e-3), (by, key, kind)

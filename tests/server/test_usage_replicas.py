@@ -1,9 +1,11 @@
-"""Two server processes on one PostgreSQL database answer ``GET /v1/usage`` with the same figures, and a
-replica started after the others have stopped answers the same again: usage comes from committed lease
-rows, not from anything a process keeps."""
+"""Two server processes on one PostgreSQL database answer ``GET /v1/usage`` — and the dashboard's
+utilization series (``GET /ui/utilization.json``) — with the same figures, and a replica started after
+the others have stopped answers the same again: both come from committed lease rows, not from anything
+a process keeps."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +49,25 @@ def hold_and_release(server: ServerProcess, gpus: int) -> None:
     call(server, "POST", f"/v1/leases/{request['lease_id']}/release")
 
 
+def utilization(server: ServerProcess, until: str) -> Any:
+    """The utilization charts' series, and the Usage page's chargeback rows, through a dashboard session
+    signed in on this replica."""
+    with httpx.Client(base_url=server.url, timeout=30.0) as client:
+        login = client.post(
+            "/ui/login",
+            content=f"token={ADMIN}",
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert login.status_code == 303, login.text  # to the page, with the session cookie
+        response = client.get("/ui/utilization.json", params={"until": until})
+        assert response.status_code == 200, response.text
+        page = client.get("/usage", params={"days": 1})
+        assert page.status_code == 200, page.text
+        rows = re.findall(r'<tr data-subject="[^"]+" data-pool="[^"]+" data-gpu-hours="[^"]+">', page.text)
+        assert rows, "the Usage page lists the team's GPU-hours"
+        return response.json() | {"chargeback": rows}
+
+
 def test_replicas_and_a_restart_agree(database: str, tmp_path: Path) -> None:
     first, second = (start_server(database, ADMIN, tmp_path) for _ in range(2))
     try:
@@ -65,6 +86,11 @@ def test_replicas_and_a_restart_agree(database: str, tmp_path: Path) -> None:
         answers = [call(server, "GET", "/v1/usage", params=window) for server in (first, second)]
         assert answers[0] == answers[1]
         assert sum(row["borrowed"].get("gpu", 0) for row in answers[0]["rows"]) > 0, "the 3-GPU lease borrowed 1"
+        series = [utilization(server, window["until"]) for server in (first, second)]
+        assert series[0] == series[1]
+        pool = next(s for s in series[0]["series"] if s["key"] == ["pool", "gpus", "gpu"])
+        assert max(v for _, v in pool["in_share"]) == 2000 and max(v for _, v in pool["borrowed"]) == 1000
+        assert pool["in_share"][-1][1] == 0 and pool["capacity"] == [[pool["in_share"][0][0], 8000]]
     finally:
         first.stop()
         second.stop()
@@ -72,5 +98,6 @@ def test_replicas_and_a_restart_agree(database: str, tmp_path: Path) -> None:
     try:
         wait_ready(restarted)
         assert call(restarted, "GET", "/v1/usage", params=window) == answers[0]
+        assert utilization(restarted, window["until"]) == series[0]
     finally:
         restarted.stop()

@@ -47,6 +47,24 @@ def test_a_grant_is_handed_over_and_a_change_without_one_withdraws_it() -> None:
     _run_on_own_thread(scenario())
 
 
+def test_a_recheck_wakes_only_the_long_polls_whose_request_left_the_state_they_wait_on() -> None:
+    """The safety net for a lost notification: one read of every watched request per interval, and a
+    long-poll is woken only when the state read is no longer the one it waits to leave."""
+
+    async def scenario() -> None:
+        watch = RequestWatch(asyncio.get_running_loop())
+        with watch.watch("req_1") as first, watch.watch("req_2") as second, watch.watch("req_3") as unread:
+            first.targets["req_1"] = second.targets["req_2"] = "active"
+            assert sorted(watch.watched()) == ["req_1", "req_2"], "a long-poll that has not read yet waits"
+            assert watch.recheck({"req_1": "active", "req_2": "preempting"}) == 1
+            assert not first.is_set() and second.is_set() and not unread.is_set()
+            assert watch.recheck({"req_2": "preempting"}) == 1, "a request gone from the store wakes its long-poll"
+            assert first.is_set()
+        assert watch.watched() == []
+
+    _run_on_own_thread(scenario())
+
+
 def test_a_grant_answers_only_for_the_pending_attempt_it_granted() -> None:
     pending = request(RequestState.PENDING)
     granted = Granted("lse_1", 0).applied_to(pending.model_copy(update={"wait_reason": "capacity"}))

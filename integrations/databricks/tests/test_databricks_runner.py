@@ -21,7 +21,7 @@ from respools_databricks import DatabricksBackend
 from respools_databricks.settings import DatabricksSettings
 
 from respools.backends.jobs import JobError, JobLaunch, JobPhase
-from respools.client import Client
+from respools.client import ApiError, Client
 from respools.client.jobs import JobOutcome, JobRun
 from respools.client.retry import Backoff
 from respools.client.spec import build_spec
@@ -36,6 +36,14 @@ def backend() -> DatabricksBackend:
         return WorkspaceClient(config=Config(host=settings.host, token="dapi-test-token", retry_timeout_seconds=5))
 
     return DatabricksBackend(workspace_factory=workspace, retry_backoff_s=0.05)
+
+
+def assert_lease_scoped(token: str, client: Client, lease_id: str) -> None:
+    """The job's RESPOOLS_TOKEN is not the subject's: it was good for its lease only, and ended with it."""
+    assert token and token != client.config.token
+    with Client(client.url, token) as scoped, pytest.raises(ApiError) as ended:
+        scoped.get_lease(lease_id)
+    assert ended.value.status == 401 and f"lease {lease_id} is released" in ended.value.detail
 
 
 def job_run(client: Client, pool: str, said: list[str], gpu: float = 4, **spec: object) -> JobRun:
@@ -76,6 +84,7 @@ def test_grant_submits_the_leases_cluster_and_success_releases(databricks_pool: 
         }
         env = cluster.spark_env_vars or {}
         assert (env["RESPOOLS_LEASE_ID"], env["RESPOOLS_ATTEMPT"], env["RESPOOLS_URL"]) == (lease.id, "0", client.url)
+        assert_lease_scoped(env["RESPOOLS_TOKEN"], client, lease.id)
         assert lease.state == RequestState.RELEASED
         assert "succeeded" in said[-1]
 

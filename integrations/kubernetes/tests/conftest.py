@@ -4,11 +4,17 @@
 (synchronous) ``kubernetes`` client talks HTTP to it exactly as it would to a cluster. kmock stores and
 serves objects but ignores ``labelSelector`` on lists; the fixture adds that one piece of API behaviour
 (equality selectors) so that tests can tell whether the backend selects what it should.
+
+kmock serves no Namespaces: it reads ``/api/v1/namespaces/<name>/...`` as a namespace prefix, so a GET of
+``/api/v1/namespaces/ml`` finds no resource. The fixtures answer that one read from the objects stored
+under ``objects["v1/namespaces", None, name]`` (a test labels a namespace for a pool by storing it there);
+a namespace nobody stored is answered as one with no labels, as every workload's namespace exists.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
@@ -24,7 +30,7 @@ from respools_kubernetes.settings import KubernetesSettings
 from respools.model import Lease, PoolSpec
 
 LISTED_RESOURCES = ("v1/nodes", "v1/pods", "batch/v1/jobs")
-OTHER_RESOURCES = ("coordination.k8s.io/v1/leases", "v1/events")
+OTHER_RESOURCES = ("coordination.k8s.io/v1/leases", "v1/events", "v1/namespaces")
 
 
 @pytest.fixture
@@ -48,6 +54,7 @@ def _serve(*, selecting: bool) -> Iterator[kmock.KubernetesEmulator]:
         async with kmock.KubernetesEmulator() as handler, kmock.Server(handler):
             for resource in (*LISTED_RESOURCES, *OTHER_RESOURCES):
                 handler.resources[resource] = kmock.ResourceInfo()
+            handler[kmock.method.GET, NAMESPACE_READ] << _namespace_read(handler)
             for resource in LISTED_RESOURCES if selecting else ():
                 handler[kmock.action.LIST, kmock.resource(resource)] << _selecting_list(handler, resource)
             started.set_result((handler, stopping))
@@ -60,6 +67,23 @@ def _serve(*, selecting: bool) -> Iterator[kmock.KubernetesEmulator]:
     loop.call_soon_threadsafe(stopping.set)
     thread.join(timeout=10)
     loop.close()
+
+
+NAMESPACE_READ = re.compile(r"^/api/v1/namespaces/[^/]+$")
+
+
+def _namespace_read(handler: kmock.KubernetesEmulator) -> Callable[[kmock.Request], dict[str, Any]]:
+    namespaces = kmock.resource("v1/namespaces")
+
+    def respond(request: kmock.Request) -> dict[str, Any]:
+        name = request.url.path.rsplit("/", 1)[-1]
+        for (kind, _, stored_name), obj in handler.objects.items():
+            if kind == namespaces and stored_name == name and not obj.deleted:
+                raw: dict[str, Any] = obj.raw
+                return raw
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+    return respond
 
 
 def _selecting_list(handler: kmock.KubernetesEmulator, resource: str) -> Callable[[kmock.Request], dict[str, Any]]:

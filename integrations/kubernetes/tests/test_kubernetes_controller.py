@@ -361,6 +361,48 @@ def test_a_gated_pod_waits_then_its_gate_is_lifted_on_grant(
     assert hostname_values(admitted["spec"]) == ["gpu-a"]
 
 
+def labelled_namespace(name: str, pool: str) -> dict[str, Any]:
+    """A Namespace labelled for the pool and its subject: everything in it asks for a respools lease."""
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": workload_labels(pool)}}
+
+
+def test_a_namespace_labelled_for_a_pool_admits_its_unlabelled_workloads_for_its_subject(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 8)
+    watched_apiserver.objects["v1/namespaces", None, "ml"] = labelled_namespace("ml", pool)
+    unlabelled_job = job("train", "uid-ns-job", {"nvidia.com/gpu": "2"}, pool=pool)
+    unlabelled_job["metadata"]["labels"] = {}
+    unlabelled_pod = gated_pod("notebook", "uid-ns-pod", {"nvidia.com/gpu": "1"}, pool=pool)
+    unlabelled_pod["metadata"]["labels"] = {}
+    watched_apiserver.objects[JOBS, "ml", "train"] = unlabelled_job
+    watched_apiserver.objects[PODS, "ml", "notebook"] = unlabelled_pod
+    # The same Job in a namespace nobody labelled is none of respools' business.
+    watched_apiserver.objects["v1/namespaces", None, "other"] = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "other"},
+    }
+    watched_apiserver.objects[JOBS, "other", "train"] = {
+        **unlabelled_job,
+        "metadata": {"name": "train", "namespace": "other", "uid": "uid-ns-other", "labels": {}},
+    }
+    made = controller()
+
+    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
+    (request,) = requests_of(admin, "uid-ns-job")
+    assert request.pools == [pool] and request.subject == f"team-{pool}" and request.resources["gpu"] == 2000
+    assert hostname_values(admitted["spec"]["template"]["spec"]) == ["gpu-a"]
+    pod = eventually(lambda: in_state(watched_apiserver, PODS, "notebook", "admitted"))
+    assert not pod["spec"].get("schedulingGates")
+    (pod_request,) = requests_of(admin, "uid-ns-pod")
+    assert pod_request.pools == [pool] and pod_request.subject == f"team-{pool}"
+    passes = made.passes
+    eventually(lambda: made.passes >= passes + 2)
+    assert requests_of(admin, "uid-ns-other") == []
+    assert names.STATE not in notes(obj(watched_apiserver, JOBS, "train", "other"))
+
+
 def test_bad_input_is_rejected_with_the_reason_once_not_retried(
     watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
 ) -> None:
@@ -390,6 +432,34 @@ def test_bad_input_is_rejected_with_the_reason_once_not_retried(
     # Refused before asking: no request is queued for them, now or on later passes.
     assert requests_of(admin, "uid-mig") == [] and requests_of(admin, "uid-huge") == []
     assert event_reasons(watched_apiserver, "mig").count("Rejected") == 1
+
+
+def test_a_mig_profile_the_pools_gpus_lack_is_rejected_while_one_they_offer_is_admitted(
+    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+) -> None:
+    mig_node = node("gpu-mig", pool, 7)
+    mig_node["metadata"]["labels"] |= {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.count": "8"}
+    mig_node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] = "7"  # one H100 split in seven
+    watched_apiserver.objects[NODES, None, "gpu-mig"] = mig_node
+    watched_apiserver.objects[JOBS, "ml", "lacked"] = job(
+        "lacked", "uid-lacked", {"nvidia.com/mig-3g.40gb": "1"}, pool=pool
+    )
+    watched_apiserver.objects[JOBS, "ml", "too-many"] = job(
+        "too-many", "uid-too-many", {"nvidia.com/mig-1g.10gb": "8"}, pool=pool
+    )
+    watched_apiserver.objects[JOBS, "ml", "fits"] = job("fits", "uid-fits", {"nvidia.com/mig-1g.10gb": "2"}, pool=pool)
+    made = controller()
+
+    lacked = eventually(lambda: in_state(watched_apiserver, JOBS, "lacked", "rejected"))
+    assert "'3g.40gb'" in notes(lacked)[names.REASON] and "offer 1g.10gb" in notes(lacked)[names.REASON]
+    too_many = eventually(lambda: in_state(watched_apiserver, JOBS, "too-many", "rejected"))
+    assert "8 MIG slices '1g.10gb'" in notes(too_many)[names.REASON]
+    eventually(lambda: in_state(watched_apiserver, JOBS, "fits", "admitted"))
+    passes = made.passes
+    eventually(lambda: made.passes >= passes + 3)
+    assert requests_of(admin, "uid-lacked") == [] and requests_of(admin, "uid-too-many") == []
+    assert event_reasons(watched_apiserver, "lacked").count("Rejected") == 1
+    assert notes(obj(watched_apiserver, JOBS, "lacked"))[names.STATE] == "rejected"  # not retried later
 
 
 def test_preemption_warns_deletes_with_the_grace_left_holds_capacity_until_pods_go_then_requeues(
@@ -635,7 +705,9 @@ def test_the_controller_heartbeats_an_admitted_workloads_lease(
     controller()
     admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
     lease_id = notes(admitted)[names.LEASE_ID]
-    first = admin.get_lease(lease_id).expires_at
+    # The Job is annotated admitted just before the first heartbeat: until that one, the lease is granted
+    # and expires at the pool's init timeout, far later than any 1 s renewal.
+    first = eventually(lambda: (lease := admin.get_lease(lease_id)).state == RequestState.ACTIVE and lease.expires_at)
 
     time.sleep(2.5)  # well past the 1 s TTL: only heartbeats keep the lease
 

@@ -19,7 +19,7 @@ from fake_vertex import FAILS, RUNS_ON, FakeVertex
 from respools_vertex import VertexBackend
 
 from respools.backends.jobs import JobError, JobLaunch, JobPhase
-from respools.client import Client
+from respools.client import ApiError, Client
 from respools.client.jobs import JobOutcome, JobRun
 from respools.client.retry import Backoff
 from respools.client.spec import build_spec
@@ -27,6 +27,14 @@ from respools.model import Event, EventKind, RequestState
 
 VertexPool = Callable[[str], tuple[str, Client]]
 BACKEND = VertexBackend(retry_backoff_s=0.05)
+
+
+def assert_lease_scoped(token: str, client: Client, lease_id: str) -> None:
+    """The job's RESPOOLS_TOKEN is not the subject's: it was good for its lease only, and ended with it."""
+    assert token and token != client.config.token
+    with Client(client.url, token) as scoped, pytest.raises(ApiError) as ended:
+        scoped.get_lease(lease_id)
+    assert ended.value.status == 401 and f"lease {lease_id} is released" in ended.value.detail
 
 
 def job_run(client: Client, pool: str, said: list[str], **spec: object) -> JobRun:
@@ -63,6 +71,7 @@ def test_grant_submits_the_leases_machine_and_success_releases(vertex_pool: Vert
         (lease,) = client.list_leases()
         assert env_of(job)["RESPOOLS_LEASE_ID"] == lease.id
         assert env_of(job)["RESPOOLS_ATTEMPT"] == "0" and env_of(job)["RESPOOLS_URL"] == client.url
+        assert_lease_scoped(env_of(job)["RESPOOLS_TOKEN"], client, lease.id)
         assert dict(job.labels) == {
             "respools-lease-id": lease.id.lower(),
             "respools-request-id": lease.request_id.lower(),

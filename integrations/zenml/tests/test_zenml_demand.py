@@ -30,13 +30,15 @@ def _configuration(step_instance: BaseStep) -> StepConfiguration:
 
 def test_typed_fields_map_to_respools_keys() -> None:
     mapped = map_resource_settings(ResourceSettings(gpu_count=2, cpu_count=1.5, memory="3GiB", gpu_class="a100"))
-    assert mapped.resources == {"gpu": 2, "mcpu": 1500, "memory_mb": 3072}
+    assert mapped.resources == {"gpu": 2, "mcpu": 1500, "memory_mb": 3222}
     assert mapped.gpu_class == "a100"
     assert mapped.preemptible is None
 
 
-def test_memory_is_counted_in_mib_rounded_up() -> None:
-    assert map_resource_settings(ResourceSettings(memory="1GB")).resources == {"memory_mb": 954}
+def test_memory_is_counted_in_decimal_megabytes_rounded_up_as_zenml_documents() -> None:
+    assert map_resource_settings(ResourceSettings(memory="16GiB")).resources == {"memory_mb": 17180}
+    assert map_resource_settings(ResourceSettings(memory="1GB")).resources == {"memory_mb": 1000}
+    assert map_resource_settings(ResourceSettings(memory="1000MiB")).resources == {"memory_mb": 1049}
     assert map_resource_settings(ResourceSettings(memory="512KiB")).resources == {"memory_mb": 1}
 
 
@@ -50,7 +52,7 @@ def test_pool_resources_shorthands_and_demands() -> None:
         PoolResourceDemand(kind="mig", name="1g.10gb", quantity=1),
     ]
     mapped = map_resource_settings(ResourceSettings(resources=demands))
-    assert mapped.resources == {"gpu": 1, "mcpu": 500, "memory_mb": 2048, "mig.1g.10gb": 1}
+    assert mapped.resources == {"gpu": 1, "mcpu": 500, "memory_mb": 2148, "mig.1g.10gb": 1}
     assert mapped.gpu_class == "h100"
     assert mapped.selectors == {"zone": "eu"}
 
@@ -136,7 +138,7 @@ def test_decorator_records_options_and_zenml_settings() -> None:
     assert config.enable_cache is False
     demand = step_demand(config, RespoolsSettings(priority=1, pool="other", labels={"cost": "ml"}))
     assert demand is not None
-    assert demand.resources == {"gpu": 1, "memory_mb": 1024}
+    assert demand.resources == {"gpu": 1, "memory_mb": 1074}
     assert (demand.priority, demand.pools, demand.max_retries, demand.preemptible) == (7, ["a100"], 3, False)
     assert demand.labels == {"cost": "ml", "team": "vision"}
     assert train.entrypoint(2) == 2  # still the user's function
@@ -190,3 +192,56 @@ def test_vector_and_resource_settings_clash_is_refused_at_resolution() -> None:
 
     with pytest.raises(DemandError, match="gpu is given both"):
         step_demand(_configuration(train), RespoolsSettings())
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "preemptible", "stop_at_notice"),
+    [("none", False, False), ("coordinated", True, False), ("any", True, True)],
+)
+def test_reclaim_tolerance_maps_to_preemptibility_and_grace(
+    tolerance: str, preemptible: bool, stop_at_notice: bool
+) -> None:
+    @step(settings={"resources": ResourceSettings(gpu_count=1, reclaim_tolerance=tolerance)})
+    def train() -> None: ...
+
+    demand = step_demand(_configuration(train), RespoolsSettings())
+    assert demand is not None
+    assert (demand.preemptible, demand.stop_at_notice) == (preemptible, stop_at_notice)
+
+
+def test_a_silent_step_is_preemptible_with_the_pools_grace() -> None:
+    @step(settings={"resources": ResourceSettings(gpu_count=1)})
+    def train() -> None: ...
+
+    demand = step_demand(_configuration(train), RespoolsSettings())
+    assert demand is not None and (demand.preemptible, demand.stop_at_notice) == (True, False)
+
+
+def test_wait_and_initialization_windows_come_from_resource_settings() -> None:
+    @step(
+        settings={
+            "resources": ResourceSettings(
+                gpu_count=1, allocation_wait_timeout_seconds=30, initialization_lease_seconds=90
+            )
+        }
+    )
+    def train() -> None: ...
+
+    demand = step_demand(_configuration(train), RespoolsSettings())
+    assert demand is not None
+    assert (demand.allocation_wait_timeout_s, demand.initialization_lease_s) == (30, 90)
+
+    @step(settings={"resources": ResourceSettings(gpu_count=1)})
+    def silent() -> None: ...
+
+    demand = step_demand(_configuration(silent), RespoolsSettings())
+    assert demand is not None and (demand.allocation_wait_timeout_s, demand.initialization_lease_s) == (3600, 3600)
+
+
+def test_a_request_names_the_run_it_serves_and_its_dashboard_page() -> None:
+    from respools_zenml.identity import StepIdentity
+
+    identity = StepIdentity("orch-1", "train", "pipe", run_id="4f1c", run_url="https://zenml.example/runs/4f1c")
+    labels = identity.labels()
+    assert labels["zenml_run_id"] == "4f1c" and labels["run_url"] == "https://zenml.example/runs/4f1c"
+    assert "run_url" not in StepIdentity("orch-1", "train", "pipe").labels()

@@ -173,7 +173,7 @@ def test_whole_gpus_pinned_to_the_placed_node_keep_the_users_pod_settings() -> N
 def test_memory_request_comes_from_the_lease_when_the_user_gives_none() -> None:
     placed = lease({"gpu": 1, "memory_mb": 2048}, [{"host": "gpu-node-1", "gpu_uuid": "GPU-0001", "gpu_index": 0}])
     job = step_job(realize_pod_settings(placed, pool(), None))
-    assert container(job)["resources"]["requests"] == {"memory": "2048Mi"}
+    assert container(job)["resources"]["requests"] == {"memory": "2048M"}
 
 
 def test_mig_slice_under_the_mixed_strategy() -> None:

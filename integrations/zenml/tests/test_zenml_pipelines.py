@@ -22,6 +22,7 @@ from respools_server import RespoolsServer, World
 from zenml_test_env import QUIET_ZENML_ENV
 
 import respools
+from respools.model import RequestSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -94,6 +95,16 @@ def steps_named(result: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [step for step in result["steps"] if step["name"] == name]
 
 
+def progress_past(marker: Path, done: int) -> dict[str, Any] | None:
+    """A step's progress marker once it has done more than `done` iterations: preempting earlier could catch a
+    step with nothing to save, and its resume would prove nothing. A marker caught mid-write reads as not yet."""
+    try:
+        progress: dict[str, Any] = json.loads(marker.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return progress if progress["done"] > done else None
+
+
 def test_pipeline_waits_for_a_busy_pool_and_runs_when_it_frees(
     respools_server: RespoolsServer, start_pipeline: Callable[..., PipelineProcess]
 ) -> None:
@@ -114,6 +125,7 @@ def test_pipeline_waits_for_a_busy_pool_and_runs_when_it_frees(
         request = next(r for r in respools_server.requests(world.subject) if r["id"] == request["id"])
         assert request["state"] == "pending"
         assert request["labels"]["pipeline"] == "waiting_pipeline"
+        assert request["labels"]["zenml_run_id"]  # the run it serves (a local store has no dashboard URL)
         assert pipeline.process.poll() is None
     finally:
         released_at = time.time()
@@ -133,6 +145,7 @@ def test_pipeline_waits_for_a_busy_pool_and_runs_when_it_frees(
     assert metadata["lease_id"] == gpu_step["outputs"]["output"]["lease_id"]
     assert metadata["resources"] == {"gpu": 1, "step_run": 1}
     assert metadata["preempted"] is None and metadata["preemptions"] == []
+    assert metadata["dashboard_url"] == f"{world.url}/#lease-{metadata['lease_id']}"  # the step run's way back
     leases = respools_server.leases(world.pool)
     ours = next(lease for lease in leases if lease["id"] == metadata["lease_id"])
     assert ours["state"] == "released"  # released when the step ended
@@ -149,7 +162,7 @@ def test_lower_priority_pipeline_is_preempted_checkpoints_and_resumes_after_retr
     train = start_pipeline("train", world, "train", "--iterations", str(iterations), "--marker", str(marker))
     urgent = start_pipeline("urgent", world, "urgent", "--go", str(go))
 
-    first = wait_until(lambda: marker.exists() and json.loads(marker.read_text()), 120, "train's first attempt")
+    first = wait_until(lambda: progress_past(marker, 2), 120, "train's first attempt to make progress")
     assert first["attempt"] == 0
     go.touch()  # the urgent pipeline (request priority 10 > 0, same subject) now asks for the only GPU
 
@@ -265,3 +278,93 @@ def test_a_run_logging_info_prints_no_request_lines_and_no_wait_for_a_step_grant
     assert "gpu_step" in log, "ZenML logged at INFO: the run's own lines are there"
     assert log.count("HTTP Request:") == 0, pipeline.tail()
     assert log.count("waiting for") == 0, pipeline.tail()
+
+
+def test_a_step_not_granted_within_its_allocation_wait_timeout_fails_and_its_request_is_cancelled(
+    respools_server: RespoolsServer, start_pipeline: Callable[..., PipelineProcess]
+) -> None:
+    world = respools_server.world({"gpu": 1}, {"reserved": {"gpu": 1}, "priority": 10})
+    client = respools.Client(world.url, world.token)
+    with respools.lease(gpu=1, pool=world.pool, client=client, progress=False):  # the pool stays busy
+        pipeline = start_pipeline("impatient", world, "impatient")
+        result = pipeline.result(timeout=120)
+    client.close()
+    assert result["status"] == "failed", result
+    assert "Timed out after 2 seconds waiting for respools request" in pipeline.tail()
+    assert "allocation_wait_timeout_seconds" in pipeline.tail()
+    (request,) = [r for r in respools_server.requests(world.subject) if r["labels"].get("step") == "impatient"]
+    assert request["state"] == "cancelled"  # no place kept in the queue, nothing granted later
+
+
+def test_a_step_with_reclaim_tolerance_none_is_never_preempted(
+    respools_server: RespoolsServer, start_pipeline: Callable[..., PipelineProcess], tmp_path: Path
+) -> None:
+    world = respools_server.world({"gpu": 1}, {"reserved": {"gpu": 1}, "priority": 10}, preemption_grace_s=1)
+    marker, release = tmp_path / "steadfast.json", tmp_path / "release"
+    pipeline = start_pipeline("steadfast", world, "steadfast", "--marker", str(marker), "--release", str(release))
+    held = wait_until(lambda: marker.exists() and json.loads(marker.read_text()), 120, "the steadfast step")
+    client = respools.Client(world.url, world.token)
+    # A request of the same subject with a higher priority would preempt a preemptible step at once.
+    urgent = client.submit(RequestSpec(resources={"gpu": 1}, priority=100, pools=[world.pool]))
+    time.sleep(3.0)  # three reconciler ticks and more than the grace
+    lease = next(lease for lease in respools_server.leases(world.pool) if lease["id"] == held["lease"])
+    assert lease["state"] == "active" and lease["preempt_deadline"] is None
+    assert client.get_request(urgent.id).state.value == "pending"
+    release.touch()
+    result = pipeline.result(timeout=120)
+    assert result["status"] == "completed", result
+    (steadfast,) = steps_named(result, "steadfast")
+    assert steadfast["outputs"]["output"]["preemptible"] is False
+    assert steadfast["metadata"]["preemptions"] == []
+    granted = wait_until(lambda: client.get_request(urgent.id).lease_id, 30, "the urgent request's grant")
+    client.release(granted)
+    client.close()
+
+
+def test_dynamic_pipeline_runs_two_concurrent_pooled_steps_and_retries_the_preempted_one(
+    respools_server: RespoolsServer, start_pipeline: Callable[..., PipelineProcess], tmp_path: Path
+) -> None:
+    """Two steps launched concurrently from a dynamic pipeline (ZenML's worker threads), each with its own
+    lease and process; one is preempted, checkpoints, and ZenML's retry resumes it on the same request while
+    the other runs on untouched."""
+    world = respools_server.world({"gpu": 2}, {"reserved": {"gpu": 2}, "priority": 10})
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    iterations = 60
+    pipeline = start_pipeline(
+        "dynamic",
+        world,
+        "dynamic",
+        "--marker",
+        str(markers),
+        "--iterations",
+        str(iterations),
+        env={"ZENML_DYNAMIC_PIPELINE_MONITORING_INTERVAL": "0.5"},
+    )
+
+    def both_running() -> dict[str, str] | None:
+        found = {name: progress_past(markers / f"{name}-0.json", 2) for name in ("a", "b")}
+        if not all(found.values()):
+            return None
+        return {name: progress["lease"] for name, progress in found.items() if progress}
+
+    leases = wait_until(both_running, 150, "both concurrent steps to hold their leases")
+    assert leases["a"] != leases["b"]
+    respools_server.ok("POST", f"/v1/leases/{leases['a']}/preempt", json={"grace_s": 10})
+    result = pipeline.result(timeout=150)
+
+    assert result["status"] == "completed", pipeline.tail()
+    runs_a, runs_b = steps_named(result, "worker_a"), steps_named(result, "worker_b")
+    assert [step["status"] for step in runs_a] == ["retried", "completed"], runs_a
+    assert [step["status"] for step in runs_b] == ["completed"], runs_b
+    preempted, resumed = runs_a
+    assert preempted["metadata"]["preempted"]["reason"] is not None
+    assert resumed["metadata"]["request_id"] == preempted["metadata"]["request_id"]  # its place in the queue
+    assert resumed["metadata"]["attempt"] == 1
+    assert 0 < resumed["outputs"]["output"]["resumed_from"] < iterations
+    assert resumed["outputs"]["output"]["done"] == iterations
+    (only_b,) = runs_b
+    assert only_b["metadata"]["lease_id"] == leases["b"] and only_b["metadata"]["preemptions"] == []
+    requests = [r for r in respools_server.requests(world.subject)]
+    assert {r["labels"]["step"] for r in requests} == {"worker_a", "worker_b"}
+    assert all(lease["state"] in {"released", "preempted"} for lease in respools_server.leases(world.pool))

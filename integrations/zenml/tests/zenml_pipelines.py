@@ -53,9 +53,10 @@ def train(iterations: int, marker: str) -> dict[str, Any]:
     lease = respools.current_lease()
     state = respools_zenml.load_state() or {"done": 0}
     resumed_from = state["done"]
-    Path(marker).write_text(json.dumps({"attempt": lease.attempt, "lease": lease.id}))
     try:
         while state["done"] < iterations:
+            # The marker says how far this attempt got, so a test preempts only once there is work to save.
+            Path(marker).write_text(json.dumps({"attempt": lease.attempt, "lease": lease.id, "done": state["done"]}))
             time.sleep(0.1)  # a plain sleep: the notice arrives as an asynchronous exception
             state["done"] += 1
     except respools.LeasePreempted as notice:
@@ -133,6 +134,60 @@ def cached_pipeline() -> None:
     featurize(prepare())
 
 
+@step(
+    enable_cache=False,
+    settings={"resources": ResourceSettings(gpu_count=1, allocation_wait_timeout_seconds=2)},
+)
+def impatient() -> None:
+    """Waits at most 2 s for its GPU: with the pool busy, the step fails and its request is cancelled."""
+
+
+@pipeline(enable_cache=False)
+def impatient_pipeline() -> None:
+    impatient()
+
+
+@step(enable_cache=False, settings={"resources": ResourceSettings(gpu_count=1, reclaim_tolerance="none")})
+def steadfast(marker: str, go: str) -> dict[str, Any]:
+    """Not reclaimable: a higher-priority request of its own subject must wait until it ends."""
+    lease = respools.current_lease()
+    Path(marker).write_text(json.dumps({"lease": lease.id}))
+    while not Path(go).exists():
+        time.sleep(0.1)
+    return {"lease_id": lease.id, "preemptible": lease.lease.preemptible, "finished": time.time()}
+
+
+@pipeline(enable_cache=False)
+def steadfast_pipeline(marker: str, go: str) -> None:
+    steadfast(marker=marker, go=go)
+
+
+@respools_zenml.step(gpu=1, preemptible=True, max_retries=1, enable_cache=False)
+def worker(name: str, marker_dir: str, iterations: int) -> dict[str, Any]:
+    """One of two concurrent steps of a dynamic pipeline; checkpoints on preemption, resumes on the retry."""
+    lease = respools.current_lease()
+    state = respools_zenml.load_state() or {"done": 0}
+    resumed_from = state["done"]
+    marker = Path(marker_dir) / f"{name}-{lease.attempt}.json"
+    try:
+        while state["done"] < iterations:
+            marker.write_text(json.dumps({"lease": lease.id, "done": state["done"]}))
+            time.sleep(0.1)
+            state["done"] += 1
+    except respools.LeasePreempted:
+        respools_zenml.save_state(state)
+        raise
+    return {"done": state["done"], "resumed_from": resumed_from, "attempt": lease.attempt, "lease_id": lease.id}
+
+
+@pipeline(dynamic=True, enable_cache=False)
+def dynamic_pipeline(marker_dir: str, iterations: int) -> None:
+    first = worker.submit("a", marker_dir, iterations, id="worker_a")
+    second = worker.submit("b", marker_dir, iterations, id="worker_b")
+    first.result()
+    second.result()
+
+
 def setup(url: str, token: str, pool: str) -> None:
     respools_zenml.register_flavors()
     client = Client()
@@ -171,9 +226,23 @@ def summary(run_id: Any) -> dict[str, Any]:
     return {"status": run.status.value, "steps": steps}
 
 
+SCENARIOS = [
+    "waiting",
+    "train",
+    "urgent",
+    "too_big",
+    "stubborn",
+    "cached",
+    "flaky",
+    "impatient",
+    "steadfast",
+    "dynamic",
+]
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["waiting", "train", "urgent", "too_big", "stubborn", "cached", "flaky"])
+    parser.add_argument("scenario", choices=SCENARIOS)
     parser.add_argument("--url", required=True)
     parser.add_argument("--token", required=True)
     parser.add_argument("--pool", required=True)
@@ -181,6 +250,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--go")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--marker", default="")
+    parser.add_argument("--release", default="", help="a file the step waits for (not the --go of the set-up)")
     args = parser.parse_args(argv)
     setup(args.url, args.token, args.pool)
     if args.go:
@@ -201,6 +271,12 @@ def main(argv: list[str]) -> int:
             flaky_pipeline(marker=args.marker)
         elif args.scenario == "too_big":
             too_big_pipeline()
+        elif args.scenario == "dynamic":
+            dynamic_pipeline(marker_dir=args.marker, iterations=args.iterations)
+        elif args.scenario == "impatient":
+            impatient_pipeline()
+        elif args.scenario == "steadfast":
+            steadfast_pipeline(marker=args.marker, go=args.release)
         else:
             stubborn_pipeline(marker=args.marker)
     except Exception as exc:  # the summary says how the run ended; the test decides

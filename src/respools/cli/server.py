@@ -15,6 +15,8 @@ from respools.cli import app
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+WORKER_HEALTHCHECK_S = 30
+"""How long a worker may go without answering its supervisor's ping before it is replaced."""
 
 
 @app.command("server")
@@ -67,6 +69,10 @@ def server(
         "log_level": log_level.lower(),
         "access_log": access_log,
         "timeout_graceful_shutdown": 5,
+        # uvicorn's supervisor kills a worker that does not answer its ping within this many seconds. Its
+        # default (5 s) kills workers that are starting up, or saturated, on a busy 2-core host: every
+        # connection they held drops, and the replacement meets the same fate.
+        "timeout_worker_healthcheck": WORKER_HEALTHCHECK_S,
     }
     config = uvicorn.Config(**options)
     if spreads_connections(config):

@@ -21,7 +21,7 @@ from respools.cli.output import Format, print_json, print_rows
 
 AGO = re.compile(r"^(\d+)([dhm])$")
 UNITS = {"d": "days", "h": "hours", "m": "minutes"}
-KINDS = ("in_share", "borrowed", "preempted", "total")
+KINDS = ("in_share", "borrowed", "preempted", "lost", "total")
 
 
 class UsageFormat(StrEnum):
@@ -47,7 +47,7 @@ def long_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     for row in report["rows"]:
         for key in sorted(row["total"].keys() | row["preempted"].keys()):
             line = {"subject": row.get("subject"), "pool": row.get("pool"), "bucket": row.get("bucket"), "key": key}
-            rows.append(line | {f"{kind}_s": row[kind].get(key, 0.0) for kind in KINDS})
+            rows.append(line | {f"{kind}_s": row.get(kind, {}).get(key, 0.0) for kind in KINDS})
     return rows
 
 
@@ -63,6 +63,7 @@ COLUMNS: list[tuple[str, Any]] = [
     ("IN SHARE (h)", lambda r: _hours(r["in_share_s"])),
     ("BORROWED (h)", lambda r: _hours(r["borrowed_s"])),
     ("PREEMPTED (h)", lambda r: _hours(r["preempted_s"])),
+    ("LOST (h)", lambda r: _hours(r["lost_s"])),
     ("TOTAL (h)", lambda r: _hours(r["total_s"])),
 ]
 

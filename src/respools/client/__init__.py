@@ -25,7 +25,7 @@ from respools.client.errors import (
 from respools.client.hooks import Hooks
 from respools.client.leasing import lease, requires
 from respools.client.retry import Backoff
-from respools.client.session import LeaseSession, current_lease
+from respools.client.session import LeaseSession, checkpointed, current_lease
 from respools.client.transport import RetryPolicy
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "RetryPolicy",
     "ServerUnreachable",
     "WaitTimeout",
+    "checkpointed",
     "current_lease",
     "lease",
     "requires",

@@ -20,7 +20,17 @@ import httpx
 from respools.client.config import ClientConfig, load_config
 from respools.client.errors import ApiError
 from respools.client.transport import IDEMPOTENCY_HEADER, RetryPolicy, Transport
-from respools.model import Event, EventKind, Lease, Pool, Request, RequestSpec, RequestState
+from respools.model import (
+    Event,
+    EventKind,
+    HeartbeatOutcomes,
+    Lease,
+    Pool,
+    Request,
+    RequestSpec,
+    RequestState,
+    WatchedRequests,
+)
 
 LONG_POLL_S = 25.0
 """Longest single long-poll; servers accept up to ``max_wait_s`` (300 by default), and a proxy in between
@@ -191,10 +201,39 @@ class Client:
         answer = self._transport.request("POST", f"/v1/leases/{lease_id}/heartbeat", idempotent=True)
         return Lease.model_validate(answer)
 
+    def checkpoint(self, lease_id: str) -> Lease:
+        """Tell the service a checkpoint was taken: a preemption then counts only the work since as lost.
+        Retried on a broken connection (a repeat only moves the time a little later)."""
+        answer = self._transport.request("POST", f"/v1/leases/{lease_id}/checkpoint", idempotent=True)
+        return Lease.model_validate(answer)
+
+    def heartbeat_many(self, lease_ids: Sequence[str]) -> HeartbeatOutcomes:
+        """Renew many leases in one call (at most :data:`~respools.model.MAX_BATCH_IDS`): the renewed ones,
+        and for each refused one the status its own heartbeat would answer (404, 403, 409)."""
+        answer = self._transport.request(
+            "POST", "/v1/leases/heartbeat", json={"lease_ids": list(lease_ids)}, idempotent=True
+        )
+        return HeartbeatOutcomes.model_validate(answer)
+
+    def watch_requests(self, states: Mapping[str, RequestState], *, timeout: float = LONG_POLL_S) -> WatchedRequests:
+        """Long-poll many requests at once: those whose state is no longer the one given in ``states``
+        (request id → state last seen), as soon as there is one, or none after ``timeout``."""
+        poll = max(0.0, min(timeout, self._long_poll_s))
+        body = {"requests": {k: v.value for k, v in states.items()}, "timeout": poll}
+        answer = self._transport.request("POST", "/v1/requests/watch", json=body, read_timeout=poll, idempotent=True)
+        return WatchedRequests.model_validate(answer)
+
     def release(self, lease_id: str) -> Lease:
         """Give the lease back (idempotent: releasing an ended lease changes nothing)."""
         answer = self._transport.request("POST", f"/v1/leases/{lease_id}/release", idempotent=True)
         return Lease.model_validate(answer)
+
+    def lease_token(self, lease_id: str) -> str:
+        """A token that may read, heartbeat and release this lease only, and ends with it: what a job
+        started for the lease carries as ``RESPOOLS_TOKEN`` (the lease's subject or an admin asks)."""
+        answer = self.post(f"/v1/leases/{lease_id}/token", {})
+        token: str = answer["token"]
+        return token
 
     def preempt_lease(self, lease_id: str, *, message: str | None = None, grace_s: float | None = None) -> Lease:
         """Put a lease under preemption notice (admin token)."""

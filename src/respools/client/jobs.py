@@ -24,8 +24,9 @@ from datetime import UTC, datetime
 from respools.backends import BackendError, get_backend
 from respools.backends.jobs import JobError, JobLaunch, JobPhase, JobRunner, JobStatus
 from respools.client.api import Client
+from respools.client.config import TOKEN_ENV
 from respools.client.environment import lease_env
-from respools.client.errors import LeaseLost
+from respools.client.errors import ApiError, LeaseLost
 from respools.client.holding import Holding
 from respools.client.queue import QueueEntry
 from respools.client.retry import Backoff
@@ -112,7 +113,7 @@ class JobRun:
             lease = holding.activate()
             assert holding.pool is not None
             runner = self.runner_for(holding.pool)
-            env = {URL_ENV: self.client.url, **lease_env(lease)}
+            env = {URL_ENV: self.client.url, **lease_env(lease), **scoped_token_env(self.client, lease.id)}
             launch = JobLaunch(lease=lease, pool=holding.pool, command=self.command, image=self.image, env=env)
             job = runner.find(launch)
             if job is None:
@@ -163,6 +164,19 @@ class JobRun:
                 shown = job.phase
                 self.say(f"job {job.job_id} {job.phase.value} ({job.provider_state})")
         return job
+
+
+def scoped_token_env(client: Client, lease_id: str) -> dict[str, str]:
+    """``RESPOOLS_TOKEN``: a token for the job's own lease only (heartbeat, release, hear notice) that ends
+    with the lease, so the subject's token never leaves this machine. A server without lease-scoped
+    tokens answers 404: the job then gets none, as before."""
+    try:
+        return {TOKEN_ENV: client.lease_token(lease_id)}
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+        log.warning("lease %s: the server issues no lease-scoped token (%s); the job gets none", lease_id, exc)
+        return {}
 
 
 def _cancel_abandoned(runner: JobRunner, job: JobStatus) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -24,8 +25,14 @@ from types import TracebackType
 from respools.backends import Realization
 from respools.client.api import Client
 from respools.client.delivery import AsyncDelivery
-from respools.client.environment import EnvOverlay, realize, register_local_holder, unregister_local_holder
-from respools.client.errors import LeaseLost, NoActiveLease
+from respools.client.environment import (
+    LEASE_ID_ENV,
+    EnvOverlay,
+    realize,
+    register_local_holder,
+    unregister_local_holder,
+)
+from respools.client.errors import ApiError, LeaseLost, NoActiveLease, ServerUnreachable
 from respools.client.fence import FENCED_EXIT_STATUS, end_process, start_reporter
 from respools.client.holding import Holding
 from respools.client.hooks import Hooks
@@ -46,6 +53,24 @@ def default_client() -> Client:
         if _default_client is None:
             _default_client = Client()
         return _default_client
+
+
+def checkpointed() -> Lease | None:
+    """Report "checkpoint taken" for the lease this code runs under — the ``with respools.lease(...)``
+    block, or, in a command started by ``respools run``, the lease in ``RESPOOLS_LEASE_ID`` — so that a
+    preemption counts only the work since as lost. ``None`` (and nothing sent) where no lease is held,
+    so a checkpoint helper can call it unconditionally; a report the server did not take is logged, not
+    raised: losing the report must not fail the training that saved the checkpoint."""
+    session = _current.get()
+    lease_id = session.id if session is not None and session.held else os.environ.get(LEASE_ID_ENV)
+    if not lease_id:
+        return None
+    client = session.client if session is not None else default_client()
+    try:
+        return client.checkpoint(lease_id)
+    except (ApiError, ServerUnreachable) as exc:
+        log.warning("lease %s: the checkpoint was not recorded (%s)", lease_id, exc)
+        return None
 
 
 def current_lease() -> LeaseSession:
@@ -156,6 +181,14 @@ class LeaseSession:
     def time_left(self) -> float:
         """Seconds until the preemption deadline (``inf`` without notice; negative once it passed)."""
         return self._holding.time_left() if self._holding is not None else float("inf")
+
+    def checkpointed(self) -> Lease:
+        """Report that the step just saved a checkpoint, so that a preemption counts only the work since
+        as lost (``lost`` in ``GET /v1/usage``). Call it after the checkpoint is safely written."""
+        holding = self._holding
+        if holding is None:
+            raise NoActiveLease("checkpointed() needs a held lease")
+        return self.client.checkpoint(holding.lease_id)
 
     def check(self) -> None:
         """Raise :class:`LeasePreempted` if the lease got notice (:class:`LeaseLost` if it ended); for loops

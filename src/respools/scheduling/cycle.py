@@ -7,10 +7,9 @@ heap, granting, planning preemption, or recording why each request waits.
 
 Cost is kept near-linear in the queue length and small per request:
 
-- look-alike requests are grouped, and a group is classified, ordered and answered as one; a
-  subject's groups are compared to the requests of the same subject that already failed this cycle,
-  and one that asks for at least as much under the same constraints is known to fail without another
-  look (capacity only shrinks during a cycle);
+- look-alike requests are grouped, and a group is classified and ordered as one; once a request has
+  failed, its group's next ones (and look-alikes asking more that lack no other key) fail alike while
+  none of their pools changed, and are answered in bulk (``_serve_queues``);
 - each request is read once, in the order it sits in memory (``__dict__``, not pydantic attributes);
 - what preemption planning derives from a pool or a subject's standing (who may be taken, what they
   hold, whether a shape fits the map) is cached until the cycle changes that pool or subject, which
@@ -19,11 +18,13 @@ Cost is kept near-linear in the queue length and small per request:
 
 from __future__ import annotations
 
+import bisect
 import gc
 import heapq
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 
 from respools.model import Lease, Placement, Request, RequestState, Resources, WaitReason
 from respools.scheduling.decisions import Decisions, Expire, Grant, Overdue, Preempt, Reject, Revoke, WaitRun
@@ -46,9 +47,9 @@ from respools.scheduling.state import LeaseView, PoolState, SubjectQuota, build_
 from respools.scheduling.vectors import add_into, dominates
 
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
+Standing = tuple[int, int, float]
+Entry = tuple[int, datetime, str]
 OrderKey = tuple[int, int, float, float, str]
-Failure = tuple[tuple[object, ...], int, dict[str, int], Shortfall]
-"""Signature, request priority, demand and shortfall of a request that could not be served."""
 
 
 def schedule(snapshot: Snapshot, memory: Memory | None = None) -> Decisions:
@@ -87,9 +88,15 @@ class _Cycle:
         self.position = 0
         self.pools: dict[str, PoolState] = {}
         self.fresh: dict[int, tuple[Grant, RequestView]] = {}
+        """This cycle's grants by their lease view's identity: candidates for later waiters (§2.5)."""
         self.granted = 0
         """Grants made so far, withdrawn ones included: the order of this cycle's lease views."""
-        """This cycle's grants by their lease view's identity: candidates for later waiters (§2.5)."""
+        self.changes = 0
+        self.withdrawn_from: set[str] = set()
+        """Subjects whose grants the last decision withdrew."""
+        """Decisions of the queue walk that changed a pool so far (see ``_Lane.settled``)."""
+        self.last_run: tuple[RequestGroup, WaitRun] | None = None
+        """The group whose failure the last run of waits reports, so that its next requests join it."""
 
     def run(self) -> Decisions:
         live = self._expire(self.snapshot.leases)
@@ -245,30 +252,76 @@ class _Cycle:
     # -- (5) the queues -----------------------------------------------------------------------------
 
     def _serve_queues(self, groups: list[RequestView]) -> None:
-        """Subjects compete through their queue heads (a heap keyed by §2.4's order); inside a subject,
-        requests are kept per group, and a group whose failure is known for the rest of the cycle is
-        answered in bulk, so that the queue's length costs one pass, not one decision each."""
-        queues: dict[str, _SubjectQueue] = {}
+        """Subjects compete through their queue heads in §2.4's order, one request at a time.
+
+        Once a request has failed, the next ones of its group fail alike for as long as none of their
+        pools changed (the same request on the same books): they are *settled*, and taking their turn
+        decides nothing. A subject's requests are taken in its own order, and the subject's turn comes
+        when its next request is the least of all heads; with settled requests deciding nothing, the
+        order in which the others are decided is that of each unsettled request at the running maximum
+        of the keys up to it in its subject's order (``_Queue.turn``). So the heap holds one entry per
+        subject, for its next unsettled request, and settled requests are answered in bulk, per group;
+        a decision that changes a pool unsettles what failed there, for the subjects whose settled
+        requests had not had their turn yet (``_Queue.settle_below``)."""
+        queues: dict[str, _Queue] = {}
         for proto in groups:
             if proto.group.members:
                 queue = queues.get(proto.subject)
                 if queue is None:
-                    queue = queues[proto.subject] = _SubjectQueue()
+                    queue = queues[proto.subject] = _Queue(self)
                 queue.add(proto)
-        heap: list[tuple[OrderKey, str]] = [(q.order_key(), s) for s, q in queues.items()]
-        heapq.heapify(heap)
-        while heap:
-            _, subject = heapq.heappop(heap)
-            queue = queues[subject]
-            failure = self._serve(queue.pop())
-            if failure is not None:
-                for proto in queue.settle(failure):
-                    self._wait_all(proto)
-            if queue:
-                heapq.heappush(heap, (queue.order_key(), subject))
+        heap: list[tuple[OrderKey, int, str]] = []
+        stamps: dict[str, int] = {}
+        failed_on: dict[str, set[str]] = {}
+        """Per pool, the subjects with a group that failed there (and may be unsettled by a change)."""
 
-    def _serve(self, rv: RequestView) -> Failure | None:
-        """Grant, preempt for, or fail ``rv``; a failure is returned so that its look-alikes share it."""
+        def retarget(subject: str) -> None:
+            stamp = stamps[subject] = stamps.get(subject, 0) + 1
+            turn = queues[subject].turn()
+            if turn is not None:
+                heapq.heappush(heap, (turn, stamp, subject))
+
+        for subject in queues:
+            retarget(subject)
+        while heap:
+            turn, stamp, subject = heapq.heappop(heap)
+            if stamps[subject] != stamp:
+                continue
+            queue = queues[subject]
+            lane = queue.next_lane
+            assert lane is not None, "a subject in the heap has an unsettled request"
+            entry = lane.entry(lane.start)
+            proto = lane.proto
+            before = _versions(proto)
+            shortfall = self._serve(queue.pop(lane))
+            after = _versions(proto)
+            if shortfall is not None:
+                self.last_run = (proto.group, self.decisions.wait_runs[-1])
+                queue.failed(lane, shortfall, after)
+                for state, _ in proto.candidates:
+                    failed_on.setdefault(state.name, set()).add(subject)
+            elif after != before:
+                # The settled requests whose turn came before this decision are answered as they were.
+                self.changes += 1
+                old = {state.name: version for (state, _), version in zip(proto.candidates, before, strict=True)}
+                queue.settle_before(entry, old)
+                # A subject whose grant this decision withdrew uses less: its place in the order moves.
+                touched, self.withdrawn_from = self.withdrawn_from, set()
+                for (state, _), was, now in zip(proto.candidates, before, after, strict=True):
+                    if was != now:
+                        touched |= failed_on.get(state.name, set())
+                for other in touched:
+                    if other != subject and other in queues:
+                        queues[other].settle_below(turn, old)
+                        retarget(other)
+            retarget(subject)
+        for queue in queues.values():
+            queue.settle_below(None)
+            assert not queue.lanes, "every request left is settled"
+
+    def _serve(self, rv: RequestView) -> Shortfall | None:
+        """Grant, preempt for, or fail ``rv``; the shortfall of a failure is returned, which the
+        request's look-alikes meet too while its pools stay as they are."""
         first = self._try_grant_anywhere(rv)
         if first is None:
             return None
@@ -282,7 +335,7 @@ class _Cycle:
                     self._preempt(state, quota, rv, plan)
                     return None
         self._wait(rv, shortfall, pool_name)
-        return (rv.group.eligibility.signature, rv.priority, rv.demand, shortfall)
+        return shortfall
 
     def _try_grant_anywhere(self, rv: RequestView) -> tuple[Shortfall, str] | None:
         """Grant on the first candidate pool that fits without preemption (DESIGN §2.7); else the
@@ -388,6 +441,7 @@ class _Cycle:
             grant, displaced = self.fresh.pop(id(lv))
             self.decisions.grants.remove(grant)
             owner = state.quotas[lv.subject]
+            self.withdrawn_from.add(lv.subject)
             owner.leases.remove(lv)
             add_into(owner.usage, lv.resources, -1)
             for key, amount in lv.resources.items():
@@ -438,96 +492,197 @@ class _Cycle:
         if target is not None:
             state.devices.occupy(target)
 
-    def _wait_all(self, proto: RequestView) -> None:
-        assert proto.group.failure is not None, "settled groups carry their failure"
-        reason, message = proto.group.failure
-        ids = proto.group.ids
-        ids.reverse()
-        self.decisions.wait_runs.append(WaitRun(ids, reason, message, self.position + 1, proto.candidates[0][0].name))
+    def _wait_failing(self, proto: RequestView, ids: list[str]) -> None:
+        """Requests of a group that failed, answered with its failure: they continue the group's last
+        run of waits when nothing was answered in between."""
+        group = proto.group
+        assert group.failure is not None, "only a group that failed is answered so"
         self.position += len(ids)
-        proto.group.members = []
-        proto.group.ids = []
+        last = self.last_run
+        runs = self.decisions.wait_runs
+        if last is not None and last[0] is group and runs and runs[-1] is last[1]:
+            last[1].request_ids.extend(ids)
+            return
+        reason, message = group.failure
+        run = WaitRun(ids, reason, message, self.position - len(ids) + 1, proto.candidates[0][0].name)
+        runs.append(run)
+        self.last_run = (group, run)
 
     def _wait(self, rv: RequestView, shortfall: Shortfall, pool: str | None) -> None:
         self.position += 1
         self.decisions.wait_runs.append(WaitRun([rv.id], shortfall[0], shortfall[1], self.position, pool))
 
 
-class _SubjectQueue:
-    """One subject's waiting requests by group; the heads of its groups in §2.4's in-subject order
-    (request priority, then submission time)."""
+class _Lane:
+    """One group's requests in a subject's queue, oldest first; those before ``start`` are decided."""
 
-    def __init__(self) -> None:
-        self._groups: dict[int, RequestView] = {}
-        self._heads: list[tuple[int, float, str, int]] = []
-        self._by_signature: dict[tuple[object, ...], list[int]] = {}
+    __slots__ = ("changes", "cycle", "ids", "members", "proto", "rank", "standing", "start", "times")
+
+    def __init__(self, cycle: _Cycle, proto: RequestView) -> None:
+        self.cycle = cycle
+        self.proto = proto
+        group = proto.group
+        self.members = group.members[::-1]
+        self.ids = group.ids[::-1]
+        self.times: list[datetime] = [request.__dict__["submitted_at"] for request in self.members]
+        self.start = 0
+        self.rank = -proto.priority
+        self.standing: tuple[int, Standing] | None = None
+        self.changes = -1
+        """``cycle.changes`` when the group last failed: while it is the same, no pool changed since."""
+
+    def entry(self, index: int) -> Entry:
+        """The member's place in its subject's order: request priority, submission time, id."""
+        return (self.rank, self.times[index], self.ids[index])
+
+    def key(self, index: int) -> OrderKey:
+        """The member's place among all subjects' requests (§2.4)."""
+        return (*self.order(), self.times[index].timestamp(), self.ids[index])
+
+    def order(self) -> Standing:
+        quota = self.proto.candidates[0][1]
+        cached = self.standing
+        if cached is None or cached[0] != quota.version:
+            cached = self.standing = (quota.version, _standing(self.proto))
+        return cached[1]
+
+    def settled(self, old: dict[str, int] | None = None) -> bool:
+        """Whether the group's next requests fail as its last one did: no pool of theirs changed since.
+        With ``old``, the versions of the pools the last decision changed: as it was before that."""
+        group = self.proto.group
+        if group.failure is None:
+            return False
+        if old is None:
+            return self.changes == self.cycle.changes or group.failed_at == _versions(self.proto)
+        if self.changes == self.cycle.changes - 1:
+            return True
+        return group.failed_at == tuple(old.get(state.name, state.version) for state, _ in self.proto.candidates)
+
+    def fail(self, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
+        group = self.proto.group
+        group.failure, group.failed_at = shortfall, versions
+        self.changes = self.cycle.changes
+
+    def before(self, entry: Entry) -> int:
+        """The end of the undecided members that come before ``entry`` in the subject's order."""
+        if self.rank != entry[0]:
+            return len(self.ids) if self.rank < entry[0] else self.start
+        times, ids = self.times, self.ids
+        end = bisect.bisect_left(times, entry[1], self.start)
+        while end < len(ids) and times[end] == entry[1] and ids[end] < entry[2]:
+            end += 1
+        return end
+
+    def below(self, key: OrderKey) -> int:
+        """The end of the undecided members whose key is below ``key``."""
+        order = self.order()
+        if order != key[:3]:
+            return len(self.ids) if order < key[:3] else self.start
+        times, ids = self.times, self.ids
+        end = bisect.bisect_left(times, key[3], self.start, key=datetime.timestamp)
+        while end < len(ids) and times[end].timestamp() == key[3] and ids[end] < key[4]:
+            end += 1
+        return end
+
+
+class _Queue:
+    """One subject's undecided requests, one lane per group, taken in the subject's order (request
+    priority, then submission time)."""
+
+    def __init__(self, cycle: _Cycle) -> None:
+        self.cycle = cycle
+        self.lanes: list[_Lane] = []
+        self.next_lane: _Lane | None = None
 
     def add(self, proto: RequestView) -> None:
-        key = id(proto.group)
-        self._groups[key] = proto
-        signature = proto.group.eligibility.signature
-        keys = self._by_signature.get(signature)
-        if keys is None:
-            self._by_signature[signature] = [key]
-        else:
-            keys.append(key)
-        self._push(key)
+        self.lanes.append(_Lane(self.cycle, proto))
 
-    def _push(self, key: int) -> None:
-        """Queue the group's next request by (request priority, submission time, id); the heap entry
-        keeps its time and id, so that ordering and taking it need not read the request again."""
-        proto = self._groups[key]
-        group = proto.group
-        request = group.members[-1]
-        submitted = proto.submitted_ts if request is proto.request else request.submitted_at.timestamp()
-        heapq.heappush(self._heads, (-proto.priority, submitted, group.ids[-1], key))
-
-    def _drop_settled(self) -> None:
-        """Settled groups leave their heads in the heap; they are dropped when they come up."""
-        heads, groups = self._heads, self._groups
-        while heads and heads[0][3] not in groups:
-            heapq.heappop(heads)
-
-    def __bool__(self) -> bool:
-        self._drop_settled()
-        return bool(self._heads)
-
-    def order_key(self) -> OrderKey:
-        """Where the subject's next request stands among all subjects' (``_order_key``)."""
-        self._drop_settled()
-        _, submitted, request_id, key = self._heads[0]
-        return _order_key(self._groups[key], submitted, request_id)
-
-    def pop(self) -> RequestView:
-        self._drop_settled()
-        _, submitted, _, key = heapq.heappop(self._heads)
-        proto = self._groups[key]
-        rv = proto.sibling(proto.group.members.pop(), submitted)
-        proto.group.ids.pop()
-        if proto.group.members:
-            self._push(key)
-        else:
-            del self._groups[key]
-        return rv
-
-    def settle(self, failure: Failure) -> list[RequestView]:
-        """Take out every group bound to repeat ``failure`` for the rest of the cycle: same
-        constraints, no higher priority, at least as much asked (capacity only shrinks during a
-        cycle). Only groups of the failure's signature can, so only they are looked at."""
-        signature, priority, demand, shortfall = failure
-        doomed: list[RequestView] = []
-        kept: list[int] = []
-        for key in self._by_signature.get(signature, ()):
-            proto = self._groups.get(key)
-            if proto is None:
+    def failed(self, lane: _Lane, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
+        """Settle ``lane``, and the subject's lanes that are bound to fail alike now: the same
+        constraints and pools, no higher priority, at least as much asked, and short of free capacity
+        on no other key (a key it alone lacks would bring the leases borrowing that key into its
+        preemption); not where fair-share preemption may apply, whose greedy choice is not monotone."""
+        lane.fail(shortfall, versions)
+        proto = lane.proto
+        if proto.preemptible and any(state.spec.fair_share_preemption for state, _ in proto.candidates):
+            return
+        signature, demand = proto.group.eligibility.signature, proto.demand
+        for other in self.lanes:
+            alike = other.proto
+            if (
+                other is lane
+                or alike.group.eligibility.signature != signature
+                or other.rank < lane.rank
+                or not dominates(alike.demand, demand)
+                or other.settled()
+            ):
                 continue
-            if proto.priority <= priority and dominates(proto.demand, demand):
-                proto.group.failure = shortfall
-                doomed.append(self._groups.pop(key))
-            else:
-                kept.append(key)
-        self._by_signature[signature] = kept
-        return doomed
+            if all(_short_alike(state, alike.demand, demand) for state, _ in proto.candidates):
+                other.fail(shortfall, versions)
+
+    def turn(self) -> OrderKey | None:
+        """The key at which the subject's next unsettled request is decided: the greatest key of the
+        subject's requests up to it, settled ones included (each must have had its turn first); None
+        while every request left is settled. Settled requests already answered or passed only repeat
+        keys below it."""
+        settled: list[_Lane] = []
+        lane: _Lane | None = None
+        head: Entry | None = None
+        for candidate in self.lanes:
+            if candidate.settled():
+                settled.append(candidate)
+                continue
+            entry = candidate.entry(candidate.start)
+            if head is None or entry < head:
+                lane, head = candidate, entry
+        self.next_lane = lane
+        if lane is None or head is None:
+            return None
+        turn = lane.key(lane.start)
+        for other in settled:
+            end = other.before(head)
+            if end > other.start:
+                key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
+                if key > turn:
+                    turn = key
+        return turn
+
+    def pop(self, lane: _Lane) -> RequestView:
+        index = lane.start
+        lane.start += 1
+        if lane.start == len(lane.ids):
+            self.lanes.remove(lane)
+        return lane.proto.sibling(lane.members[index], lane.times[index].timestamp())
+
+    def settle_before(self, entry: Entry, old: dict[str, int]) -> None:
+        """Answer the requests settled before the last decision (``old``) that come before ``entry``."""
+        for lane in list(self.lanes):
+            if lane.settled(old):
+                self._answer(lane, lane.before(entry))
+
+    def settle_below(self, key: OrderKey | None, old: dict[str, int] | None = None) -> None:
+        """Answer the settled requests whose turn came before the decision at ``key`` (every one left
+        when None): the subject's order up to its first request of a greater key."""
+        cut: Entry | None = None
+        if key is not None:
+            for lane in self.lanes:
+                end = lane.below(key)
+                if end < len(lane.ids):
+                    entry = lane.entry(end)
+                    if cut is None or entry < cut:
+                        cut = entry
+        for lane in list(self.lanes):
+            if lane.settled(old):
+                self._answer(lane, len(lane.ids) if cut is None else lane.before(cut))
+
+    def _answer(self, lane: _Lane, end: int) -> None:
+        if end <= lane.start:
+            return
+        ids = lane.ids[lane.start : end]
+        lane.start = end
+        if end == len(lane.ids):
+            self.lanes.remove(lane)
+        self.cycle._wait_failing(lane.proto, ids)
 
 
 def _queue_order(rv: RequestView) -> tuple[int, float, str]:
@@ -535,11 +690,11 @@ def _queue_order(rv: RequestView) -> tuple[int, float, str]:
     return (-rv.priority, rv.submitted_ts, rv.id)
 
 
-def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKey:
+def _standing(rv: RequestView) -> Standing:
     """DESIGN §2.4 across subjects, judged on the request's first-choice pool: policy priority, then
-    waiters within their reserved share, then borrowers by weighted dominant share after the grant,
-    then submission time. ``rv`` is any request of the group (they share demand and pools); the
-    time and id are the request's own."""
+    waiters within their reserved share, then borrowers by weighted dominant share after the grant;
+    submission time (``OrderKey``'s last items) breaks the rest. ``rv`` is any request of the group
+    (they share demand and pools)."""
     state, quota = rv.candidates[0]
     capacity = state.capacity
     dominant = 0.0
@@ -554,11 +709,27 @@ def _order_key(rv: RequestView, submitted_ts: float, request_id: str) -> OrderKe
             in_share = False
             dominant = max(dominant, borrowed / cap)
     if in_share:
-        return (-quota.priority, 0, 0.0, submitted_ts, request_id)
+        return (-quota.priority, 0, 0.0)
     for key, cap in capacity.items():
         if key not in rv.demand:
             borrowed = quota.usage.get(key, 0) + quota.incoming.get(key, 0) - quota.reserved.get(key, 0)
             if borrowed > 0 and cap > 0:
                 dominant = max(dominant, borrowed / cap)
     share = math.inf if quota.weight == 0 else dominant / quota.weight
-    return (-quota.priority, 1, share, submitted_ts, request_id)
+    return (-quota.priority, 1, share)
+
+
+def _short_alike(state: PoolState, more: dict[str, int], less: dict[str, int]) -> bool:
+    """Whether asking ``more`` comes short of free capacity on no key that asking ``less`` does not."""
+    free, capacity = state.free, state.capacity
+    for key, amount in more.items():
+        if key in capacity:
+            available = free.get(key, 0)
+            if available < amount and available >= less.get(key, 0):
+                return False
+    return True
+
+
+def _versions(rv: RequestView) -> tuple[int, ...]:
+    """The state of the books of the request's pools: a failure holds while it is the same."""
+    return tuple(state.version for state, _ in rv.candidates)

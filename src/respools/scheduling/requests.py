@@ -40,7 +40,10 @@ class RequestGroup:
     ids: list[str]
     """The ids of ``members``, in the same order."""
     failure: tuple[WaitReason, str] | None = None
-    """The shortfall every request of the group meets for the rest of the cycle, once known."""
+    """The shortfall the group's last request served met."""
+    failed_at: tuple[int, ...] = ()
+    """The versions of the group's pools when it did (``PoolState.version``): while they are the same,
+    the group's next requests meet it too."""
 
 
 @dataclass(slots=True)

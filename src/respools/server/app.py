@@ -4,6 +4,7 @@ uvicorn's factory mode (``respools server`` and multi-worker deployments)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -117,9 +118,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     to_thread.current_default_thread_limiter().total_tokens = services.settings.worker_threads
     services.attach_loop(asyncio.get_running_loop())
     await run_in_threadpool(services.start)
+    recheck = asyncio.create_task(services.recheck_waiters(), name="respools-recheck-waiters")
+    renewals = asyncio.create_task(services.renewals.run(), name="respools-renewals")
     try:
         yield
     finally:
+        recheck.cancel()
+        renewals.cancel()  # its last flush writes what it still holds
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewals
         await run_in_threadpool(services.stop)
 
 

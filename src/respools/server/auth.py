@@ -63,7 +63,7 @@ class TokenCache:
         row = self._db.read(lambda conn: conn.execute(TOKEN_BY_HASH, {"k_hash": digest}).first())
         if row is None:
             return None
-        principal = Principal(token_id=row.id, role=Role(row.role), subject=row.subject)
+        principal = Principal(token_id=row.id, role=Role(row.role), subject=row.subject, lease_id=row.lease_id)
         if self._ttl_s > 0:
             with self._lock:
                 self._entries[digest] = (principal, time.monotonic() + self._ttl_s)

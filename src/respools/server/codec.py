@@ -140,6 +140,8 @@ def lease_of(row: Mapping[Any, Any]) -> Lease:
             preempted_for=row["preempted_for"],
             overdue_since=row["overdue_since"],
             released_at=row["released_at"],
+            checkpointed_at=row["checkpointed_at"],
+            checkpoints=row["checkpoints"],
         ),
     )
 

@@ -39,6 +39,7 @@ class TokenInfo(_Body):
     subject: str | None = None
     description: str | None = None
     created_at: datetime
+    lease_id: str | None = Field(default=None, description="the one lease a lease-scoped token may act on")
 
 
 class IssuedToken(TokenInfo):
@@ -51,6 +52,10 @@ class Principal(_Body):
     token_id: str
     role: Role
     subject: str | None = None
+    lease_id: str | None = Field(
+        default=None,
+        description="set for a lease-scoped token: it may read, heartbeat and release this lease only, while held",
+    )
 
 
 class RegisteredHost(_Body):

@@ -11,20 +11,26 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
+from starlette.concurrency import run_in_threadpool
 
+from respools.model import Request
 from respools.server.auth import TokenCache
 from respools.server.backends import WorkloadStopper
+from respools.server.batched_reads import BatchedReads
 from respools.server.changes import ChangeBus
 from respools.server.db.database import Database, DatabaseUnavailable
 from respools.server.db.group_commit import GroupCommit
 from respools.server.db.migrate import current_revision, head_revision, upgrade
+from respools.server.db.statements import REQUEST_STATES
 from respools.server.definitions import DefinitionsCache
 from respools.server.listener import PgListener
 from respools.server.metrics import Metrics
 from respools.server.ops.leases import confirm_stop
+from respools.server.ops.requests import fetch_many
 from respools.server.ops.status import pool_statuses
 from respools.server.ops.tokens import bootstrap_admin_token, ensure_admin_token
 from respools.server.reconciler import Reconciler
+from respools.server.renewals import Renewals
 from respools.server.settings import Settings
 from respools.server.usage_metrics import UsageCollector
 from respools.server.watchers import EventFeed, RequestWatch
@@ -32,6 +38,11 @@ from respools.server.watchers import EventFeed, RequestWatch
 log = logging.getLogger(__name__)
 
 STARTUP_DEADLINE_S = 60.0
+RECHECK_S = 5.0
+"""How often the process reads the state of every request a long-poll waits on, in case a notification
+was lost: a lost grant or notice reaches its long-poll at most this late."""
+RECHECK_CHUNK = 1000
+"""Request ids per recheck statement."""
 
 
 @dataclass
@@ -46,6 +57,10 @@ class Services:
     stopper: WorkloadStopper
     writes: GroupCommit
     """The hot path's writes (submit, heartbeat, release), committed in batches."""
+    renewals: Renewals
+    """Heartbeats renewed in memory, written once per interval."""
+    request_reads: BatchedReads[Request]
+    """Long-polls read their request together."""
     listener: PgListener | None = None
     request_watch: RequestWatch | None = None
     event_feed: EventFeed | None = None
@@ -61,7 +76,10 @@ class Services:
         metrics = Metrics()
         stopper = WorkloadStopper(lambda lease_id, confirmation: confirm_stop(db, lease_id, confirmation))
         reconciler = Reconciler(db, definitions, settings, metrics, stopper)
-        services = cls(settings, db, bus, definitions, tokens, metrics, reconciler, stopper, GroupCommit(db))
+        writes = GroupCommit(db)
+        renewals = Renewals(db, writes, definitions)
+        reads = BatchedReads(db, fetch_many)
+        services = cls(settings, db, bus, definitions, tokens, metrics, reconciler, stopper, writes, renewals, reads)
         bus.subscribe(definitions.on_changes)
         bus.subscribe(tokens.on_changes)
         bus.subscribe(reconciler.on_changes)
@@ -96,6 +114,25 @@ class Services:
         self.bus.subscribe(self.request_watch.on_changes)
         self.bus.subscribe(self.event_feed.on_changes)
 
+    async def recheck_waiters(self, interval: float = RECHECK_S) -> None:
+        """Until cancelled: every ``interval``, wake the long-polls whose request left the state they wait
+        on without this process hearing of it (:meth:`RequestWatch.recheck`). One read per thousand
+        watched requests per interval, where each long-poll used to re-read its own request."""
+        while True:
+            await asyncio.sleep(interval)
+            watch = self.request_watch
+            ids = watch.watched() if watch is not None else []
+            if watch is None or not ids:
+                continue
+            try:
+                states = await run_in_threadpool(self.db.read, lambda conn, ids=ids: _request_states(conn, ids))
+            except (DatabaseUnavailable, DBAPIError) as exc:
+                log.warning("could not recheck the watched requests (%s); retrying", exc)
+                continue
+            woken = watch.recheck(states)
+            if woken:
+                log.info("woke %d long-polls whose notification was lost", woken)
+
     def stop(self) -> None:
         self.reconciler.stop()
         if self.listener is not None:
@@ -126,3 +163,11 @@ class Services:
     @staticmethod
     def expected_revision() -> str:
         return head_revision()
+
+
+def _request_states(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
+    states: dict[str, str] = {}
+    for start in range(0, len(ids), RECHECK_CHUNK):
+        rows = conn.execute(REQUEST_STATES, {"k_ids": ids[start : start + RECHECK_CHUNK]})
+        states.update({row.id: row.state for row in rows})
+    return states

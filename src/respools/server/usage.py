@@ -5,6 +5,10 @@ Every lease row carries its subject, pool, resources, borrowed part, ``granted_a
 summing their intervals, clipped to the window and its buckets, gives the same answer on every replica
 and after any restart, with no table of its own to keep in step with the lease lifecycle (see
 docs/decisions.md, "Usage is computed on read"). A lease still running counts up to ``now``.
+
+Preempted work splits in two: all the time a preempted lease held (``preempted``), and the part since
+its holder's last checkpoint report (``lost``: ``checkpointed_at`` on the row, set by ``POST
+/v1/leases/{id}/checkpoint``; from the grant when it reported none) — the work a rerun must redo.
 """
 
 from __future__ import annotations
@@ -42,6 +46,13 @@ class Interval:
     start: datetime
     end: datetime
     preempted: bool
+    checkpointed_at: datetime | None = None
+    """The holder's last checkpoint report; a preemption loses the work after it."""
+
+    @property
+    def lost_from(self) -> datetime:
+        """Where the lost work of a preempted lease starts: its last checkpoint, else its grant."""
+        return max(self.start, self.checkpointed_at) if self.checkpointed_at is not None else self.start
 
 
 @dataclass(slots=True)
@@ -51,6 +62,8 @@ class Totals:
     in_share: dict[str, float] = field(default_factory=dict)
     borrowed: dict[str, float] = field(default_factory=dict)
     preempted: dict[str, float] = field(default_factory=dict)
+    lost: dict[str, float] = field(default_factory=dict)
+    """Of ``preempted``: the part since the lease's last checkpoint (all of it without one)."""
     leases: int = 0
 
 
@@ -60,7 +73,8 @@ def _add(into: dict[str, float], vector: dict[str, int], seconds: float) -> None
 
 
 def _floor(at: datetime, width: timedelta) -> datetime:
-    start = at.replace(minute=0, second=0, microsecond=0)
+    """The UTC start of the day or hour ``at`` falls in."""
+    start = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     return start.replace(hour=0) if width == timedelta(days=1) else start
 
 
@@ -76,6 +90,10 @@ def _pieces(start: datetime, end: datetime, width: timedelta | None) -> Iterable
         bucket = nxt
 
 
+def _group_key(by: Sequence[Dimension], parts: dict[Dimension, str], bucket: datetime | None) -> tuple[Any, ...]:
+    return tuple(bucket if d in (Dimension.DAY, Dimension.HOUR) else parts[d] for d in by)
+
+
 def aggregate(
     intervals: Iterable[Interval], since: datetime, until: datetime, by: Sequence[Dimension]
 ) -> dict[tuple[Any, ...], Totals]:
@@ -87,15 +105,17 @@ def aggregate(
         if end <= start:
             continue
         in_share = {k: v - lease.borrowed.get(k, 0) for k, v in lease.resources.items()}
+        parts = {Dimension.SUBJECT: lease.subject, Dimension.POOL: lease.pool}
         for bucket, seconds in _pieces(start, end, width):
-            parts = {Dimension.SUBJECT: lease.subject, Dimension.POOL: lease.pool}
-            key = tuple(bucket if d in (Dimension.DAY, Dimension.HOUR) else parts[d] for d in by)
-            totals = groups[key]
+            totals = groups[_group_key(by, parts, bucket)]
             totals.leases += 1
             _add(totals.in_share, in_share, seconds)
             _add(totals.borrowed, lease.borrowed, seconds)
             if lease.preempted:
                 _add(totals.preempted, lease.resources, seconds)
+        if lease.preempted:
+            for bucket, seconds in _pieces(max(start, lease.lost_from), end, width):
+                _add(groups[_group_key(by, parts, bucket)].lost, lease.resources, seconds)
     return dict(groups)
 
 
@@ -111,6 +131,7 @@ def intervals(
         LEASES.c.granted_at,
         LEASES.c.released_at,
         LEASES.c.state,
+        LEASES.c.checkpointed_at,
     ).where(LEASES.c.granted_at < until, sa.or_(LEASES.c.released_at.is_(None), LEASES.c.released_at > since))
     if subject is not None:
         query = query.where(LEASES.c.subject == subject)
@@ -123,6 +144,7 @@ def intervals(
             start=row.granted_at,
             end=row.released_at or now,
             preempted=row.state == RequestState.PREEMPTED.value,
+            checkpointed_at=row.checkpointed_at,
         )
         for row in conn.execute(query)
     ]

@@ -16,9 +16,10 @@ from prometheus_client.registry import Collector
 from respools.model import GPU, MILLI
 from respools.server import usage
 from respools.server.db.database import Database
+from respools.server.usage_sql import usage_totals
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-KINDS = ("in_share", "borrowed", "preempted")
+KINDS = ("in_share", "borrowed", "preempted", "lost")
 
 
 class UsageCollector(Collector):
@@ -32,14 +33,15 @@ class UsageCollector(Collector):
     def _family() -> CounterMetricFamily:
         return CounterMetricFamily(
             "respools_usage_gpu_seconds",
-            "GPU-seconds held by leases (in_share, borrowed; preempted: held by leases that ended preempted)",
+            "GPU-seconds held by leases (in_share, borrowed; preempted: held by leases that ended preempted; "
+            "lost: of preempted, since their last checkpoint)",
             labels=["subject", "pool", "kind"],
         )
 
     def collect(self) -> Iterator[Metric]:
         now = usage.now_utc()
-        spans = self._db.read(lambda conn: usage.intervals(conn, EPOCH, now, now, None))
-        groups = usage.aggregate(spans, EPOCH, now, [usage.Dimension.SUBJECT, usage.Dimension.POOL])
+        by = [usage.Dimension.SUBJECT, usage.Dimension.POOL]
+        groups = self._db.read(lambda conn: usage_totals(conn, EPOCH, now, now, None, by))
         family = self._family()
         for (subject, pool), totals in sorted(groups.items()):
             for kind in KINDS:

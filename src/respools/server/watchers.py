@@ -10,13 +10,27 @@ from contextlib import contextmanager
 from respools.server.changes import Changes, Granted
 
 
+class Waiter(asyncio.Event):
+    """A long-poll's event, and the state it waits for each of its requests to leave (once it has read
+    them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: dict[str, str] = {}
+
+
 class RequestWatch:
     """Wakes the long-polls of requests whose state changed, handing them the grant when the change
-    was one (:attr:`Changes.granted`)."""
+    was one (:attr:`Changes.granted`).
+
+    News comes from the change bus: this process's commits, and the other replicas' through NOTIFY. A
+    notification can still be lost (a replica killed between its commit and its NOTIFY, a notifier that
+    failed to send); :meth:`recheck` is the safety net, one read of every watched request's state per
+    interval for the whole process rather than one per long-poll."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiters: dict[str, set[Waiter]] = {}
         self._granted: dict[str, Granted] = {}
 
     def on_changes(self, changes: Changes) -> None:
@@ -48,21 +62,46 @@ class RequestWatch:
         """The grant the latest change of a watched request was, if it was one."""
         return self._granted.get(request_id)
 
+    def watched(self) -> list[str]:
+        """The requests some long-poll waits on with a known target state."""
+        return [i for i, waiters in self._waiters.items() if any(i in w.targets for w in waiters)]
+
+    def recheck(self, states: dict[str, str]) -> int:
+        """Wake the long-polls whose request's state (as just read; absent: deleted) is no longer the one
+        they wait to leave. Returns how many were woken: each was owed a notification."""
+        woken = 0
+        for request_id, waiters in list(self._waiters.items()):
+            state = states.get(request_id)
+            for waiter in waiters:
+                target = waiter.targets.get(request_id)
+                if target is not None and state != target and not waiter.is_set():
+                    waiter.set()
+                    woken += 1
+        return woken
+
     @contextmanager
-    def watch(self, request_id: str) -> Iterator[asyncio.Event]:
+    def watch(self, request_id: str) -> Iterator[Waiter]:
         """An event set whenever ``request_id`` changes; register *before* reading the request, so that
         no change can slip between the read and the wait."""
-        event = asyncio.Event()
-        self._waiters.setdefault(request_id, set()).add(event)
+        with self.watch_many([request_id]) as event:
+            yield event
+
+    @contextmanager
+    def watch_many(self, request_ids: list[str]) -> Iterator[Waiter]:
+        """One event set whenever any of ``request_ids`` changes (a holder of many leases' watch)."""
+        event = Waiter()
+        for request_id in request_ids:
+            self._waiters.setdefault(request_id, set()).add(event)
         try:
             yield event
         finally:
-            waiters = self._waiters.get(request_id)
-            if waiters is not None:
-                waiters.discard(event)
-                if not waiters:
-                    del self._waiters[request_id]
-                    self._granted.pop(request_id, None)
+            for request_id in request_ids:
+                waiters = self._waiters.get(request_id)
+                if waiters is not None:
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiters[request_id]
+                        self._granted.pop(request_id, None)
 
     @property
     def waiting(self) -> int:

@@ -14,6 +14,8 @@ from zenml import get_step_context
 from zenml.client import Client
 from zenml.io import fileio
 
+import respools
+
 CHECKPOINT_FOLDER = "respools-checkpoints"
 STATE_FILE = "state.json"
 
@@ -37,6 +39,7 @@ def save_state(state: Any, scope: str | None = None) -> str:
     path = f"{checkpoint_dir(scope)}/{STATE_FILE}"
     with fileio.open(path, "w") as handle:
         handle.write(json.dumps(state))
+    respools.checkpointed()  # the lease's lost work on preemption now counts from here (no-op without a lease)
     return path
 
 

@@ -15,6 +15,7 @@ from typing import Any, overload
 import zenml
 from zenml.config.resource_settings import ResourceSettings
 from zenml.config.retry_config import StepRetryConfig
+from zenml.enums import StepRuntime
 from zenml.steps import BaseStep
 
 from respools.model import GPU, mig_key
@@ -116,6 +117,9 @@ def _zenml_options(
     max_retries: int | None,
 ) -> dict[str, Any]:
     forwarded = dict(zenml_options)
+    # A dynamic pipeline runs a step inline (in its own process) unless told otherwise, where no lease can
+    # be held; static pipelines ignore the runtime.
+    forwarded.setdefault("runtime", StepRuntime.ISOLATED)
     extra = dict(forwarded.get("extra") or {})
     if EXTRA_KEY in extra:
         raise DemandError(f"extra[{EXTRA_KEY!r}] is written by respools_zenml.step; pass the options as keywords")

@@ -10,12 +10,16 @@ ZenML                                       respools request
 ==========================================  =========================================================
 ``gpu_count=N``                             ``gpu: N``
 ``cpu_count=C``                             ``mcpu: C × 1000`` (rounded up)
-``memory="16GiB"``                          ``memory_mb`` in MiB (rounded up), as Kubernetes ``Mi``
+``memory="16GiB"``                          ``memory_mb`` in decimal megabytes, rounded up (``17180``), as ZenML
+                                            Pro converts it, so a request means the same number in both
 ``gpu_class``, a demand's ``class``         ``gpu_class``
 ``resources={"tensorrt_sessions": 2}``      ``tensorrt_sessions: 2`` (any respools key, ``mig.<profile>``)
 demand ``kind="gpu"|"cpu"|"memory"``        ``gpu`` / ``mcpu`` / ``memory_mb`` with the demand's unit
 ``resource_selector`` / ``class_selector``  ``selectors`` (scalar values only)
-``reclaim_tolerance``                       ``none`` → not preemptible; ``coordinated``/``any`` → preemptible
+``reclaim_tolerance``                       ``none`` → not preemptible; ``coordinated`` → preemptible, notice and
+                                            the pool's grace; ``any`` → preemptible, stopped at the notice
+``allocation_wait_timeout_seconds``         how long the orchestrator waits for the grant (then cancels)
+``initialization_lease_seconds``            how long a granted lease may wait for the step's first heartbeat
 ==========================================  =========================================================
 
 A key named twice (``gpu_count=1`` *and* ``resources={"gpu": 1}``) is refused rather than summed or
@@ -31,7 +35,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from zenml.config.resource_settings import ByteUnit, PoolResourceDemand, ResourceSettings
+from zenml.config.resource_settings import (
+    DEFAULT_ALLOCATION_WAIT_TIMEOUT_SECONDS,
+    DEFAULT_INITIALIZATION_LEASE_SECONDS,
+    ByteUnit,
+    PoolResourceDemand,
+    ResourceSettings,
+)
 from zenml.enums import ResourceRequestReclaimTolerance
 
 from respools.model import GPU, MCPU, MEMORY_MB, MILLI, mig_key, parse_resources
@@ -39,7 +49,7 @@ from respools.model import GPU, MCPU, MEMORY_MB, MILLI, mig_key, parse_resources
 _KEY_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9][a-z0-9_.-]*)?$")
 _CPU_UNITS = {None: MILLI, "cpu": MILLI, "cpus": MILLI, "core": MILLI, "cores": MILLI, "mcpu": 1, "m": 1}
 _BYTE_UNITS = {unit.value.lower(): unit for unit in ByteUnit}
-_MIB = ByteUnit.MIB.byte_value
+_MB = ByteUnit.MB.byte_value
 
 ZENML_DEFAULT_PREEMPTIBLE = True
 """ZenML's default reclaim tolerance for an *isolated* step is ``any`` (it may be reclaimed). Every step a
@@ -59,6 +69,15 @@ class StepDemand(BaseModel):
 
     resources: dict[str, float] = Field(description="wire form: GPUs as decimals, other keys in integer units")
     preemptible: bool = False
+    stop_at_notice: bool = Field(
+        default=False, description="reclaim_tolerance='any': the orchestrator stops the step at the notice"
+    )
+    allocation_wait_timeout_s: float | None = Field(
+        default=None, gt=0, description="give up (and cancel the request) when no grant came in this time"
+    )
+    initialization_lease_s: float | None = Field(
+        default=None, gt=0, description="stop the step when its lease saw no heartbeat this long after the grant"
+    )
     priority: int = 0
     max_retries: int = Field(default=0, ge=0)
     pools: list[str] | None = None
@@ -76,6 +95,9 @@ class MappedSettings(BaseModel):
     gpu_class: str | None = None
     selectors: dict[str, str] = Field(default_factory=dict)
     preemptible: bool | None = Field(default=None, description="None where reclaim_tolerance was not set")
+    stop_at_notice: bool = Field(default=False, description="reclaim_tolerance='any' was said explicitly")
+    allocation_wait_timeout_s: float = DEFAULT_ALLOCATION_WAIT_TIMEOUT_SECONDS
+    initialization_lease_s: float = DEFAULT_INITIALIZATION_LEASE_SECONDS
 
 
 def map_resource_settings(settings: ResourceSettings) -> MappedSettings:
@@ -90,7 +112,7 @@ def map_resource_settings(settings: ResourceSettings) -> MappedSettings:
         gpu_class.offer(settings.gpu_class, "gpu_class")
     if settings.cpu_count is not None:
         vector.add(MCPU, math.ceil(round(settings.cpu_count * MILLI, 6)), "cpu_count")
-    memory = settings.get_memory(ByteUnit.MIB)
+    memory = settings.get_memory(ByteUnit.MB)
     if memory is not None:
         vector.add(MEMORY_MB, math.ceil(round(memory, 6)), "memory")
     for demand in settings.normalized_resources:
@@ -107,7 +129,14 @@ def map_resource_settings(settings: ResourceSettings) -> MappedSettings:
     if settings.reclaim_tolerance_explicitly_set:
         preemptible = settings.reclaim_tolerance != ResourceRequestReclaimTolerance.NONE
     return MappedSettings(
-        resources=vector.wire(), gpu_class=gpu_class.value, selectors=selectors, preemptible=preemptible
+        resources=vector.wire(),
+        gpu_class=gpu_class.value,
+        selectors=selectors,
+        preemptible=preemptible,
+        stop_at_notice=settings.reclaim_tolerance_explicitly_set
+        and settings.reclaim_tolerance == ResourceRequestReclaimTolerance.ANY,
+        allocation_wait_timeout_s=settings.allocation_wait_timeout_seconds,
+        initialization_lease_s=settings.initialization_lease_seconds,
     )
 
 
@@ -145,10 +174,10 @@ def _pool_demand(demand: PoolResourceDemand) -> tuple[str, int | float]:
             raise DemandError(f"resources: unknown CPU unit {demand.unit!r}; use CPU or mCPU")
         return MCPU, demand.quantity * _CPU_UNITS[unit]
     if kind == "memory" and (name is None or name.lower() in {"memory", MEMORY_MB}):
-        byte_unit = _BYTE_UNITS.get(unit or "mib")
+        byte_unit = _BYTE_UNITS.get(unit or "mb")
         if byte_unit is None:
             raise DemandError(f"resources: unknown memory unit {demand.unit!r}; use one of {', '.join(_BYTE_UNITS)}")
-        return MEMORY_MB, math.ceil(demand.quantity * byte_unit.byte_value / _MIB)
+        return MEMORY_MB, math.ceil(demand.quantity * byte_unit.byte_value / _MB)
     if kind == "mig" and name is not None and not name.startswith("mig."):
         return mig_key(name), demand.quantity
     key = name or kind

@@ -3,7 +3,8 @@
 ZenML learns about a flavor from its store. ``zenml orchestrator flavor register
 respools_zenml.flavors.PooledLocalOrchestratorFlavor`` registers one, as for any custom flavor;
 :func:`register_flavors` (also the ``respools-zenml register-flavors`` command this package installs)
-registers both, and updates them in place after an upgrade of this package changed their config schema.
+registers them all (orchestrators and step operators), and updates them in place after an upgrade of
+this package changed their config schema.
 """
 
 from __future__ import annotations
@@ -14,8 +15,16 @@ from zenml.stack.flavor import Flavor
 
 from respools_zenml.kubernetes.flavor import PooledKubernetesOrchestratorFlavor
 from respools_zenml.local.flavor import PooledLocalOrchestratorFlavor
+from respools_zenml.step_operator.generic import PooledStepOperatorFlavor
 
 FLAVORS: tuple[type[Flavor], ...] = (PooledLocalOrchestratorFlavor, PooledKubernetesOrchestratorFlavor)
+FLAVORS += (PooledStepOperatorFlavor,)
+try:  # the pooled Vertex step operator needs ZenML's GCP integration (respools-zenml[vertex])
+    from respools_zenml.vertex.flavor import PooledVertexStepOperatorFlavor
+except ImportError:  # pragma: no cover - without google-cloud-aiplatform
+    pass
+else:
+    FLAVORS += (PooledVertexStepOperatorFlavor,)
 INTEGRATION = "respools"
 
 

@@ -39,6 +39,10 @@ class LeaseArgs(BaseModel):
     selectors: dict[str, str]
     labels: dict[str, str]
     idempotency_key: str
+    stop_at_notice: bool = False
+    """Not part of the request: how the orchestrator treats a notice (``reclaim_tolerance='any'``)."""
+    allocation_wait_timeout_s: float | None = None
+    initialization_lease_s: float | None = None
 
     @classmethod
     def for_step(cls, demand: StepDemand, identity: StepIdentity, *, max_retries: int | None = None) -> LeaseArgs:
@@ -55,6 +59,9 @@ class LeaseArgs(BaseModel):
             selectors=demand.selectors,
             labels=labels,
             idempotency_key=identity.request_key(),
+            stop_at_notice=demand.stop_at_notice,
+            allocation_wait_timeout_s=demand.allocation_wait_timeout_s,
+            initialization_lease_s=demand.initialization_lease_s,
         )
 
     def with_key(self, key: str) -> LeaseArgs:

@@ -32,6 +32,7 @@ def lease_metadata(session: LeaseSession) -> dict[str, Any]:
         "granted_at": lease.granted_at.isoformat(),
         "preempted": _notice(lease) if lease.preempt_deadline is not None else None,
         "preemptions": _preemptions(session, lease),
+        "dashboard_url": f"{session.client.config.urls[0].rstrip('/')}/#lease-{lease.id}",
     }
     if session.realization is not None and session.realization.notes:
         record["notes"] = list(session.realization.notes)

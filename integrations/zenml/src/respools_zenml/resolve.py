@@ -42,6 +42,9 @@ def step_demand(config: StepConfiguration, settings: RespoolsSettings) -> StepDe
     return StepDemand(
         resources=resources or {"step_run": 1},
         preemptible=preemptible,
+        stop_at_notice=preemptible and mapped.stop_at_notice and options.preemptible is None,
+        allocation_wait_timeout_s=mapped.allocation_wait_timeout_s,
+        initialization_lease_s=mapped.initialization_lease_s,
         priority=options.priority if options.priority is not None else settings.priority,
         max_retries=zenml_max_retries(config),
         pools=[pool] if pool else None,

@@ -1,8 +1,8 @@
 """Geometry of the utilization charts, computed here so that the templates only draw.
 
 A series is a list of *change points* ``(t, value)``: the value holds from ``t`` until the next point
-(the sampler stores a point only when a value changed). Charts are step charts, which is what usage
-is: it jumps when a lease is granted or ends. Areas stack (in share, then borrowed on top); lines
+(a point only where a value changed; see :mod:`utilization`). Charts are step charts, which is what
+usage is: it jumps when a lease is granted or ends. Areas stack (in share, then borrowed on top); lines
 (capacity, reserved, limit) are drawn over them. Everything lands in a fixed ``viewBox`` that the
 stylesheet scales to the page width."""
 
@@ -161,7 +161,7 @@ def step_chart(
     *,
     small: bool = False,
 ) -> Chart:
-    """A chart of ``key`` over ``[t0, t1]`` (or from the first sample, when that is later): ``areas``
+    """A chart of ``key`` over ``[t0, t1]`` (or from the first point, when that is later): ``areas``
     stacked in order, ``lines`` on top."""
     width, height = (SMALL_WIDTH, SMALL_HEIGHT) if small else (WIDTH, HEIGHT)
     all_series = [layer.series for layer in (*areas, *lines)]

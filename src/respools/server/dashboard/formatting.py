@@ -41,6 +41,9 @@ WAIT_REASONS: dict[WaitReason, str] = {
 
 LABEL_KEYS = ("pipeline", "run", "step")
 """The labels a pipeline step carries, shown in this order before any other label."""
+LINK_LABEL = "run_url"
+"""A label holding the page of the work a lease serves in its orchestrator (a ZenML run's dashboard page):
+shown as a link, not as text."""
 
 
 def key_rank(key: str) -> tuple[int, str]:
@@ -117,8 +120,15 @@ def holder_color(subject: str | None) -> int:
 def step_labels(labels: Mapping[str, str]) -> str:
     """``pipeline / run / step`` for the labels a step carries; other labels follow as ``key=value``."""
     main = [labels[k] for k in LABEL_KEYS if labels.get(k)]
-    rest = [f"{k}={v}" for k, v in sorted(labels.items()) if k not in LABEL_KEYS]
+    rest = [f"{k}={v}" for k, v in sorted(labels.items()) if k not in LABEL_KEYS and k != LINK_LABEL]
     return " / ".join(main) + (" · " if main and rest else "") + ", ".join(rest)
+
+
+def label_link(labels: Mapping[str, str]) -> str | None:
+    """The orchestrator page a lease links to: its ``run_url`` label, if it is an http(s) address (a label is
+    the requester's text; any other scheme, ``javascript:`` above all, is not followed)."""
+    url = labels.get(LINK_LABEL, "")
+    return url if url.startswith(("https://", "http://")) else None
 
 
 def wait_reason(reason: WaitReason | None) -> str:

@@ -14,14 +14,16 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 
 from respools.server.dashboard import formatting
-from respools.server.dashboard.sampler import History
+from respools.server.dashboard.bar_charts import gpu_hours
 from respools.server.dashboard.state import DashboardState, Viewer
 from respools.server.dashboard.usage_charts import PoolCharts, pool_charts
+from respools.server.dashboard.usage_page import UsagePage, price_text
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 
+ASSETS = ("dashboard.css", "dashboard.js", "usage.js", "favicon.svg")
 SECTIONS = ("pools", "leases", "queue", "history", "usage", "reservations")
 """Section names: ``templates/sections/<name>.html`` renders the inside of ``#sec-<name>``."""
 
@@ -49,9 +51,8 @@ class View:
         return {"state": self.state, "viewer": self.viewer, "charts": self.charts, "version": self.version}
 
 
-def build_view(state: DashboardState, viewer: Viewer, history: History, version: int) -> View:
-    now = state.now.timestamp()
-    charts = tuple(c for c in (pool_charts(p, history, now) for p in state.pools) if c is not None)
+def build_view(state: DashboardState, viewer: Viewer, version: int) -> View:
+    charts = tuple(c for c in (pool_charts(p, state.utilization) for p in state.pools) if c is not None)
     return View(state, viewer, charts, version)
 
 
@@ -74,11 +75,14 @@ class Renderer:
             clock=formatting.clock,
             wait_reason=formatting.wait_reason,
             step_labels=formatting.step_labels,
+            label_link=formatting.label_link,
             placement=formatting.placement,
             color=formatting.holder_color,
+            gpu_hours=gpu_hours,
+            price=price_text,
         )
         env.globals.update(
-            assets={name: asset_version(name) for name in ("dashboard.css", "dashboard.js", "favicon.svg")},
+            assets={name: asset_version(name) for name in ASSETS},
             sections=SECTIONS,
         )
         self._env = env
@@ -87,7 +91,10 @@ class Renderer:
         return self._env.get_template("login.html").render(error=error)
 
     def page(self, view: View) -> str:
-        return self._env.get_template("dashboard.html").render(view.as_context())
+        return self._env.get_template("dashboard.html").render(view.as_context() | {"here": "dashboard"})
+
+    def usage_page(self, viewer: Viewer, page: UsagePage) -> str:
+        return self._env.get_template("usage.html").render(viewer=viewer, page=page, here="usage")
 
     def sections(self, view: View) -> dict[str, str]:
         context = view.as_context()

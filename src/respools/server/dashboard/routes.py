@@ -6,7 +6,10 @@
 - ``GET /ui/stream``: server-sent events telling the page that something changed;
 - ``POST /ui/leases/{id}/preempt``, ``/ui/requests/{id}/cancel``, ``/ui/pools/{pool}/drain|resume``:
   an admin's actions, through the same operations as the API;
-- ``GET /ui/static/{name}``: the stylesheet, the script and the icon.
+- ``GET /ui/utilization.json``: the utilization charts' series, as data;
+- ``GET /usage``: the Usage page (GPU-hours per team over time, preempted work, chargeback table);
+- ``GET /ui/usage.csv``: the chargeback table as CSV;
+- ``GET /ui/static/{name}``: the stylesheets, the scripts and the icon.
 """
 
 from __future__ import annotations
@@ -26,18 +29,20 @@ from starlette.concurrency import run_in_threadpool
 
 from respools.server import usage as usage_ledger
 from respools.server.dashboard.access import AdminActionDep, DashboardDep, ViewerDep, current_viewer, same_origin
-from respools.server.dashboard.chargeback import chargeback_csv, parse_prices
+from respools.server.dashboard.chargeback import charge_rows, chargeback_csv, parse_prices
 from respools.server.dashboard.chargeback import window as chargeback_window
 from respools.server.dashboard.formatting import as_utc
 from respools.server.dashboard.render import STATIC, View, build_view
 from respools.server.dashboard.runtime import Dashboard
 from respools.server.dashboard.session import COOKIE_NAME
 from respools.server.dashboard.settings import DashboardSettings
-from respools.server.dashboard.state import Viewer, load_state
+from respools.server.dashboard.state import Viewer, load_state, load_utilization
+from respools.server.dashboard.usage_page import Bucket, build_page, window_ending
 from respools.server.errors import ApiError, not_found
 from respools.server.ops import leases, pools, requests
 from respools.server.schemas import PreemptSpec
 from respools.server.services import Services
+from respools.server.usage_sql import usage_totals
 
 STREAM_WAKE_S = 15.0
 """A stream re-checks its session at least this often, so a revoked token's page stops updating."""
@@ -56,7 +61,12 @@ SECURITY_HEADERS = {
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
-STATIC_TYPES = {"dashboard.css": "text/css", "dashboard.js": "text/javascript", "favicon.svg": "image/svg+xml"}
+STATIC_TYPES = {
+    "dashboard.css": "text/css",
+    "dashboard.js": "text/javascript",
+    "usage.js": "text/javascript",
+    "favicon.svg": "image/svg+xml",
+}
 
 
 @asynccontextmanager
@@ -81,8 +91,11 @@ def _html(body: str, status: int = 200) -> HTMLResponse:
 
 async def _view(dashboard: Dashboard, viewer: Viewer) -> View:
     version = dashboard.feed.version
-    state = await run_in_threadpool(load_state, dashboard.services, viewer, dashboard.settings.recent_events)
-    return build_view(state, viewer, dashboard.history, version)
+    settings = dashboard.settings
+    state = await run_in_threadpool(
+        load_state, dashboard.services, viewer, settings.recent_events, settings.history_window_s
+    )
+    return build_view(state, viewer, version)
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -206,13 +219,46 @@ async def usage_csv(
     end = min(as_utc(until), now) if until is not None else now
     start = as_utc(since)
     chargeback_window(start, end)
-    spans = await run_in_threadpool(
+    by = [usage_ledger.Dimension.SUBJECT, usage_ledger.Dimension.POOL]
+    groups = await run_in_threadpool(
         dashboard.services.db.read,
-        lambda conn: usage_ledger.intervals(conn, start, end, now, viewer.only_subject),
+        lambda conn: usage_totals(conn, start, end, now, viewer.only_subject, by),
     )
-    groups = usage_ledger.aggregate(spans, start, end, [usage_ledger.Dimension.SUBJECT, usage_ledger.Dimension.POOL])
     headers = {"Content-Disposition": 'attachment; filename="respools-chargeback.csv"', "Cache-Control": "no-store"}
-    return Response(chargeback_csv(groups, prices), media_type="text/csv", headers=headers)
+    return Response(chargeback_csv(charge_rows(groups), prices), media_type="text/csv", headers=headers)
+
+
+@router.get("/ui/utilization.json")
+async def utilization_series(dashboard: DashboardDep, viewer: ViewerDep, until: datetime | None = None) -> JSONResponse:
+    """The utilization charts' series (from the usage ledger) over the charts' window ending at ``until``
+    (default and at most: now): what the charts draw, as data; the same on every replica."""
+    series = await run_in_threadpool(
+        load_utilization, dashboard.services, viewer, dashboard.settings.history_window_s, until
+    )
+    return JSONResponse(series.as_json(), headers={"Cache-Control": "no-store"})
+
+
+@router.get("/usage", response_class=HTMLResponse)
+async def usage_page(
+    request: Request,
+    dashboard: DashboardDep,
+    days: Annotated[int, Query(ge=1, le=400)] = 7,
+    bucket: Bucket = Bucket.DAY,
+    price: Annotated[list[str] | None, Query(max_length=64)] = None,
+) -> HTMLResponse:
+    """GPU-hours per team over the last ``days`` (by day or hour), preempted work, and the chargeback
+    table with a cost where ``price`` gives one (``POOL=PRICE`` per GPU-hour, repeatable)."""
+    viewer = await current_viewer(request, dashboard)
+    if viewer is None:
+        return _html(dashboard.renderer.login())
+    prices = parse_prices(price or [])
+    now = usage_ledger.now_utc()
+    window = window_ending(now, days, bucket)
+    page = await run_in_threadpool(
+        dashboard.services.db.read,
+        lambda conn: build_page(conn, window, now, viewer.only_subject, prices),
+    )
+    return _html(await run_in_threadpool(dashboard.renderer.usage_page, viewer, page))
 
 
 @router.get("/ui/static/{name}")

@@ -1,5 +1,6 @@
 """The dashboard's parts of one server process, started and stopped with it (see ``routes.lifespan``):
-the session codec, the token-id directory, the usage sampler and the change feed of the live streams."""
+the session codec, the token-id directory and the change feed of the live streams (the utilization
+charts keep no state here: they read the usage ledger, see :mod:`utilization`)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,9 @@ from respools.server.changes import Changes
 from respools.server.dashboard import store
 from respools.server.dashboard.feed import ChangeFeed
 from respools.server.dashboard.render import Renderer
-from respools.server.dashboard.sampler import History, Sampler
 from respools.server.dashboard.session import SessionCodec, load_or_create_key
 from respools.server.dashboard.settings import DashboardSettings
-from respools.server.dashboard.usage import PoolUsage, pool_usage
-from respools.server.db.database import Database, utcnow
+from respools.server.db.database import Database
 from respools.server.schemas import Principal
 from respools.server.services import Services
 
@@ -60,31 +59,12 @@ class Principals:
         return await run_in_threadpool(self.lookup, token_id)
 
 
-def read_usage(services: Services) -> list[PoolUsage]:
-    """Usage of every pool now, as the sampler records it."""
-    cached = services.definitions.get()
-    definitions, held = services.db.read(lambda conn: (cached.with_fresh_hosts(conn), store.holdings(conn)))
-    now = utcnow()
-    return [
-        pool_usage(
-            definitions.effective_pool(name, now),
-            definitions.policies_of_pool(name),
-            definitions.reservations_of_pool(name),
-            held,
-            now,
-        )
-        for name in sorted(definitions.pools)
-    ]
-
-
 @dataclass
 class Dashboard:
     services: Services
     settings: DashboardSettings
     sessions: SessionCodec
     principals: Principals
-    history: History
-    sampler: Sampler
     feed: ChangeFeed
     renderer: Renderer
     _unsubscribe: list[Callable[[], None]] = field(default_factory=list)
@@ -93,14 +73,11 @@ class Dashboard:
     async def start(cls, services: Services, settings: DashboardSettings) -> Dashboard:
         """Build and start the dashboard of a process whose services have started (the store is migrated)."""
         key = await run_in_threadpool(load_or_create_key, services.db)
-        history = History(settings.history_window_s, settings.history_points)
         dashboard = cls(
             services=services,
             settings=settings,
             sessions=SessionCodec(key, settings.session_hours * 3600),
             principals=Principals(services.db, max(1.0, services.settings.token_cache_ttl_s)),
-            history=history,
-            sampler=Sampler(lambda: read_usage(services), history, settings.sample_min_gap_s, settings.sample_every_s),
             feed=ChangeFeed(
                 asyncio.get_running_loop(),
                 lambda: services.db.read(store.queue_fingerprint),
@@ -108,14 +85,12 @@ class Dashboard:
             ),
             renderer=Renderer(),
         )
-        for subscriber in (dashboard.principals.on_changes, dashboard.sampler.on_changes, dashboard.feed.on_changes):
+        for subscriber in (dashboard.principals.on_changes, dashboard.feed.on_changes):
             dashboard._unsubscribe.append(services.bus.subscribe(subscriber))
-        dashboard.sampler.start()
         return dashboard
 
     async def stop(self) -> None:
         for unsubscribe in self._unsubscribe:
             unsubscribe()
         self._unsubscribe.clear()
-        await run_in_threadpool(self.sampler.stop)
         await self.feed.close()

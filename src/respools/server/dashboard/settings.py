@@ -1,7 +1,7 @@
 """Dashboard settings, read from ``RESPOOLS_DASHBOARD_*`` variables.
 
 They live apart from :class:`respools.server.settings.Settings` (which forbids unknown fields) so that
-the dashboard can be tuned — tests sample faster, a busy deployment keeps a longer history — without
+the dashboard can be tuned — a deployment shows a longer history, tests poll faster — without
 widening the service's own configuration surface."""
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ class DashboardSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     session_hours: float = Field(default=12.0, gt=0, le=24 * 30, description="lifetime of a sign-in")
-    sample_min_gap_s: float = Field(
-        default=1.0, gt=0, description="usage is sampled on every change, but at most this often"
+    history_window_s: float = Field(
+        default=3600.0, gt=0, le=7 * 86400, description="how far back the utilization charts go"
     )
-    sample_every_s: float = Field(default=15.0, gt=0, description="and at least this often (capacity drifts)")
-    history_window_s: float = Field(default=3600.0, gt=0, description="how far back the utilization charts go")
-    history_points: int = Field(default=2000, ge=10, description="change points kept per series at most")
     queue_poll_s: float = Field(
         default=1.0,
         gt=0,

@@ -7,8 +7,9 @@ still shows that a GPU is taken, not by whom or for what)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -18,10 +19,12 @@ from respools.server.dashboard.formatting import as_utc, holder_color, primary_k
 from respools.server.dashboard.gpumap import GpuMap, Holder, build_gpu_map
 from respools.server.dashboard.timeline import Timeline, build_timeline
 from respools.server.dashboard.usage import Holding, PoolUsage, pool_usage
+from respools.server.dashboard.utilization import PoolInputs, Utilization, utilization
 from respools.server.db.database import utcnow
 from respools.server.definitions import Definitions
 from respools.server.schemas import Principal
 from respools.server.services import Services
+from respools.server.usage import Interval, intervals
 
 HIDDEN_HOLDER = "another subject"
 
@@ -71,6 +74,8 @@ class DashboardState:
     events: tuple[Event, ...]
     reservations: tuple[Reservation, ...]
     timeline: Timeline
+    utilization: Utilization
+    """The charts' series over the last ``window_s``, from the usage ledger."""
 
 
 def holder_of(viewer: Viewer, lease: Lease) -> Holder:
@@ -104,9 +109,7 @@ def _pool_view(
         holdings,
         now,
     )
-    if viewer.only_subject is not None:  # a subject sees the pool's totals, but only its own team row
-        teams = tuple(t for t in usage.teams if t.subject == viewer.only_subject)
-        usage = PoolUsage(usage.pool, usage.capacity, usage.in_use, usage.borrowed, teams)
+    usage = _scoped(usage, viewer)
     reports = definitions.hosts.get(name, [])
     live = {r.host.name for r in reports if r.live_at(now)}
     declared_only = {h.name for h in definitions.pools[name].inventory or []} - {r.host.name for r in reports}
@@ -128,21 +131,70 @@ def _pool_view(
     )
 
 
-def load_state(services: Services, viewer: Viewer, recent_events: int) -> DashboardState:
+def _chart_inputs(definitions: Definitions, usages: Iterable[PoolUsage]) -> list[PoolInputs]:
+    return [
+        PoolInputs(usage, key, definitions.policies_of_pool(usage.pool), definitions.reservations_of_pool(usage.pool))
+        for usage in usages
+        if (key := primary_key(usage.capacity)) is not None
+    ]
+
+
+def _scoped(usage: PoolUsage, viewer: Viewer) -> PoolUsage:
+    """A subject sees the pool's totals, but only its own team row."""
+    if viewer.only_subject is None:
+        return usage
+    teams = tuple(t for t in usage.teams if t.subject == viewer.only_subject)
+    return PoolUsage(usage.pool, usage.capacity, usage.in_use, usage.borrowed, teams)
+
+
+def load_utilization(services: Services, viewer: Viewer, window_s: float, until: datetime | None) -> Utilization:
+    """The charts' series over ``[until - window_s, until]`` (``until`` at most, and by default, now),
+    with the pools and teams as the definitions and the ledger have them at ``until``: a function of
+    the store alone, so every replica answers the same for the same ``until``."""
+    cached = services.definitions.get()
+
+    def read(conn: sa.Connection) -> tuple[Definitions, datetime, list[Interval]]:
+        now = utcnow()
+        end = min(as_utc(until), now) if until is not None else now
+        return cached.with_fresh_hosts(conn), end, intervals(conn, end - timedelta(seconds=window_s), end, now, None)
+
+    definitions, end, spans = services.db.read(read)
+    held = [Holding(s.pool, s.subject, s.resources, s.borrowed) for s in spans if s.start <= end <= s.end]
+    usages = [
+        _scoped(
+            pool_usage(
+                definitions.effective_pool(name, end),
+                definitions.policies_of_pool(name),
+                definitions.reservations_of_pool(name),
+                held,
+                end,
+            ),
+            viewer,
+        )
+        for name in sorted(definitions.pools)
+    ]
+    return utilization(_chart_inputs(definitions, usages), spans, end - timedelta(seconds=window_s), end)
+
+
+def load_state(services: Services, viewer: Viewer, recent_events: int, window_s: float) -> DashboardState:
     """Everything on the page, from one read of the store (so the sections agree with each other)."""
     only = viewer.only_subject
     cached = services.definitions.get()
 
-    def read(conn: sa.Connection) -> tuple[Definitions, list[Lease], list[store.Waiting], list[Event]]:
+    def read(
+        conn: sa.Connection,
+    ) -> tuple[Definitions, datetime, list[Lease], list[store.Waiting], list[Event], list[Interval]]:
+        now = utcnow()
         return (
             cached.with_fresh_hosts(conn),
+            now,
             store.live_leases(conn),
             store.waiting(conn),
             store.recent_events(conn, recent_events, only),
+            intervals(conn, now - timedelta(seconds=window_s), now, now, None),
         )
 
-    definitions, leases, waiting, events = services.db.read(read)
-    now = utcnow()
+    definitions, now, leases, waiting, events, spans = services.db.read(read)
     waiting_by_pool = Counter(entry.pool for entry in waiting)
     pools = tuple(
         _pool_view(definitions, name, leases, waiting_by_pool.get(name, 0), viewer, now)
@@ -157,4 +209,7 @@ def load_state(services: Services, viewer: Viewer, recent_events: int) -> Dashbo
         events=tuple(events),
         reservations=tuple(sorted(reservations, key=lambda r: (as_utc(r.start), r.id))),
         timeline=build_timeline(reservations, now),
+        utilization=utilization(
+            _chart_inputs(definitions, (p.usage for p in pools)), spans, now - timedelta(seconds=window_s), now
+        ),
     )

@@ -13,7 +13,6 @@ import sqlalchemy as sa
 
 from respools.model import Event, EventKind, Lease, Request, Role
 from respools.server.codec import event_of, lease_of, request_of
-from respools.server.dashboard.usage import Holding
 from respools.server.db.tables import EVENTS, LEASES, LIVE_STATES_SQL, PENDING_SQL, REQUESTS, TOKENS
 from respools.server.schemas import Principal
 
@@ -33,13 +32,6 @@ def live_leases(conn: sa.Connection, subject: str | None = None) -> list[Lease]:
     if subject is not None:
         query = query.where(LEASES.c.subject == subject)
     return [lease_of(row) for row in conn.execute(query).mappings()]
-
-
-def holdings(conn: sa.Connection) -> list[Holding]:
-    query = sa.select(LEASES.c.pool, LEASES.c.subject, LEASES.c.resources, LEASES.c.borrowed).where(
-        sa.text(LIVE_STATES_SQL)
-    )
-    return [Holding(row.pool, row.subject, dict(row.resources), dict(row.borrowed)) for row in conn.execute(query)]
 
 
 def waiting(conn: sa.Connection, subject: str | None = None) -> list[Waiting]:

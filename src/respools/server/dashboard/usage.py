@@ -1,10 +1,11 @@
 """Where capacity goes, per pool and per team: in share, borrowed, free, against reserved and limit.
 
 Pure arithmetic over the pool definition, its policies and reservations, and the live holdings; both
-the page (the numbers now) and the sampler (the numbers over time) use it, so the charts and the tables
-can never disagree. It mirrors the scheduler's accounting: an active reservation adds to its subject's
-reserved share, an absent limit (or a key absent from it) is the pool's total, and the borrowed part of
-each lease is what the scheduler recorded when it granted it."""
+the page (the numbers now) and the utilization charts (their teams, capacity and limits; see
+:mod:`utilization`) use it, so the charts and the tables can never disagree. It mirrors the
+scheduler's accounting: an active reservation adds to its subject's reserved share, an absent limit
+(or a key absent from it) is the pool's total, and the borrowed part of each lease is what the
+scheduler recorded when it granted it."""
 
 from __future__ import annotations
 
@@ -74,7 +75,8 @@ class PoolUsage:
         return max(0, self.capacity.get(key, 0) - self.in_use.get(key, 0))
 
 
-def _reserved_now(policy: Policy | None, reservations: Iterable[Reservation], now: datetime) -> Vector:
+def reserved_at(policy: Policy | None, reservations: Iterable[Reservation], now: datetime) -> Vector:
+    """The policy's reserved share plus the reservations active at ``now``."""
     reserved = dict(policy.reserved) if policy is not None else {}
     for reservation in reservations:
         if as_utc(reservation.start) <= now < as_utc(reservation.end):
@@ -114,7 +116,7 @@ def pool_usage(
                 subject=subject,
                 in_use=used,
                 borrowed=lent,
-                reserved=_reserved_now(
+                reserved=reserved_at(
                     policy, (r for r in reservations if r.pool == pool.name and r.subject == subject), now
                 ),
                 limit={key: cap.get(key, total) for key, total in capacity.items()},

@@ -1,5 +1,5 @@
-"""The utilization charts of the history section: per pool (in share and borrowed against capacity)
-and per team (in share and borrowed against its reserved share and limit), from the sampled history."""
+"""The utilization charts: per pool (in share and borrowed against capacity) and per team (in share
+and borrowed against its reserved share and limit), from the ledger's series (:mod:`utilization`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from respools.server.dashboard.charts import Chart, Layer, step_chart
 from respools.server.dashboard.formatting import amount
-from respools.server.dashboard.sampler import History, pool_series, team_series
 from respools.server.dashboard.state import PoolView
+from respools.server.dashboard.utilization import Utilization, pool_series, team_series
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +29,11 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:g} minutes"
 
 
-def pool_charts(view: PoolView, history: History, now: float) -> PoolCharts | None:
+def pool_charts(view: PoolView, history: Utilization) -> PoolCharts | None:
     key = view.chart_key
     if key is None:
         return None
-    t0 = now - history.window_s
+    t0, now = history.since.timestamp(), history.until.timestamp()
     usage = view.usage
     series = pool_series(usage.pool, key)
     chart = step_chart(
@@ -42,10 +42,10 @@ def pool_charts(view: PoolView, history: History, now: float) -> PoolCharts | No
         t0,
         now,
         areas=[
-            Layer("area-share", "in share", history.series(series, 1)),
-            Layer("area-borrowed", "borrowed", history.series(series, 2)),
+            Layer("area-share", "in share", history.series(series, "in_share")),
+            Layer("area-borrowed", "borrowed", history.series(series, "borrowed")),
         ],
-        lines=[Layer("line-capacity", "capacity", history.series(series, 0))],
+        lines=[Layer("line-capacity", "capacity", history.series(series, "capacity"))],
         description=(
             f"{key} in pool {usage.pool} over the last {_minutes(history.window_s)}; now "
             f"{amount(key, usage.in_share(key))} in share and {amount(key, usage.borrowed.get(key, 0))} borrowed "
@@ -64,12 +64,12 @@ def pool_charts(view: PoolView, history: History, now: float) -> PoolCharts | No
                     t0,
                     now,
                     areas=[
-                        Layer("area-share", "in share", history.series(series, 0)),
-                        Layer("area-borrowed", "borrowed", history.series(series, 1)),
+                        Layer("area-share", "in share", history.series(series, "in_share")),
+                        Layer("area-borrowed", "borrowed", history.series(series, "borrowed")),
                     ],
                     lines=[
-                        Layer("line-reserved", "reserved", history.series(series, 2)),
-                        Layer("line-limit", "limit", history.series(series, 3)),
+                        Layer("line-reserved", "reserved", history.series(series, "reserved")),
+                        Layer("line-limit", "limit", history.series(series, "limit")),
                     ],
                     description=(
                         f"{key} used by {team.subject} in pool {usage.pool}: now "

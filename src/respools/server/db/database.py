@@ -14,8 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from typing import TypeVar
 
 import sqlalchemy as sa
@@ -25,7 +24,10 @@ from respools.server.changes import ChangeBus, Changes
 from respools.server.db.engine import LAZY_COMMIT, postgres_engine, sqlite_engine
 from respools.server.db.joined import RunAlone, run_joined
 from respools.server.db.notifier import Notifier
+from respools.server.db.transaction import Tx, utcnow
 from respools.server.settings import Settings
+
+__all__ = ["Database", "DatabaseUnavailable", "Failed", "Tx", "utcnow"]
 
 log = logging.getLogger(__name__)
 
@@ -42,20 +44,6 @@ _unit = threading.local()
 
 class DatabaseUnavailable(RuntimeError):
     """The database could not be reached or kept failing; the API answers 503."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass(slots=True)
-class Tx:
-    """One write transaction: its connection, its clock reading and what it changed."""
-
-    conn: sa.Connection
-    now: datetime
-    is_postgres: bool
-    changes: Changes = field(default_factory=Changes)
 
 
 @dataclass(frozen=True, slots=True)

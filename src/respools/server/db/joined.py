@@ -21,10 +21,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:
-    from respools.server.db.database import Tx
+from respools.server.db.transaction import Tx
 
 Item = TypeVar("Item")
 T = TypeVar("T")

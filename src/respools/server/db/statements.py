@@ -26,6 +26,11 @@ from respools.server.db.tables import (
 
 REQUEST_BY_ID = sa.select(REQUESTS).where(REQUESTS.c.id == sa.bindparam("k_id"))
 REQUEST_BY_ID_LOCKED = REQUEST_BY_ID.with_for_update()
+REQUESTS_BY_IDS = sa.select(REQUESTS).where(REQUESTS.c.id.in_(sa.bindparam("k_ids", expanding=True)))
+REQUEST_STATES = sa.select(REQUESTS.c.id, REQUESTS.c.state).where(
+    REQUESTS.c.id.in_(sa.bindparam("k_ids", expanding=True))
+)
+"""The states of a list of requests (``k_ids``): the long-polls' periodic recheck."""
 REQUEST_BY_KEY = sa.select(REQUESTS).where(
     REQUESTS.c.subject == sa.bindparam("k_subject"), REQUESTS.c.idempotency_key == sa.bindparam("k_key")
 )
@@ -48,6 +53,7 @@ PENDING_REQUESTS = sa.select(REQUESTS).where(sa.text(PENDING_SQL)).order_by(REQU
 
 LEASE_BY_ID = sa.select(LEASES).where(LEASES.c.id == sa.bindparam("k_id"))
 LEASE_BY_ID_LOCKED = LEASE_BY_ID.with_for_update()
+LEASES_BY_IDS = sa.select(LEASES).where(LEASES.c.id.in_(sa.bindparam("k_ids", expanding=True)))
 LEASES_BY_IDS_LOCKED = (
     sa.select(LEASES)
     .where(LEASES.c.id.in_(sa.bindparam("k_ids", expanding=True)))
@@ -61,7 +67,7 @@ INSERT_EVENT = sa.insert(EVENTS)
 INSERT_OUTBOX = sa.insert(OUTBOX)
 
 SUBJECT_EXISTS = sa.select(SUBJECTS.c.name).where(SUBJECTS.c.name == sa.bindparam("k_name"))
-TOKEN_BY_HASH = sa.select(TOKENS.c.id, TOKENS.c.role, TOKENS.c.subject).where(
+TOKEN_BY_HASH = sa.select(TOKENS.c.id, TOKENS.c.role, TOKENS.c.subject, TOKENS.c.lease_id).where(
     TOKENS.c.token_hash == sa.bindparam("k_hash")
 )
 COUNTER_VALUE = sa.select(COUNTERS.c.value).where(COUNTERS.c.name == sa.bindparam("k_name"))

@@ -100,6 +100,8 @@ class TokenRow(SQLModel, table=True):
     subject: str | None = Field(default=None, max_length=63, index=True)
     description: str | None = None
     created_at: datetime = _time()
+    lease_id: str | None = Field(default=None, max_length=64, index=True)
+    """Set for a lease-scoped token: it may act on this lease only, and only while the lease is held."""
 
 
 class RequestRow(SQLModel, table=True):
@@ -142,6 +144,7 @@ class LeaseRow(SQLModel, table=True):
             "ix_leases_live", "pool", postgresql_where=sa.text(LIVE_STATES_SQL), sqlite_where=sa.text(LIVE_STATES_SQL)
         ),
         sa.Index("ix_leases_subject_granted", "subject", "granted_at"),
+        sa.Index("ix_leases_released", "released_at"),
     )
     id: str = Field(primary_key=True, max_length=64)
     request_id: str = Field(max_length=64, index=True)
@@ -166,6 +169,8 @@ class LeaseRow(SQLModel, table=True):
     preempted_for: str | None = Field(default=None, max_length=64)
     overdue_since: datetime | None = _time(nullable=True)
     released_at: datetime | None = _time(nullable=True)
+    checkpointed_at: datetime | None = _time(nullable=True)
+    checkpoints: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 class EventRow(SQLModel, table=True):

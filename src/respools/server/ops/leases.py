@@ -38,6 +38,8 @@ from respools.server.lifecycle import (
 from respools.server.schemas import OveruseReport, PreemptSpec, Principal, StopConfirmation
 
 DEFAULT_TTL_S = 60.0
+MAX_CHECKPOINTS = 2**31 - 1
+"""The count stops here (the column is a 32-bit integer)."""
 
 
 def _locked_lease(tx: Tx, lease_id: str) -> Lease:
@@ -240,6 +242,27 @@ def _give_notice(
     return lease.model_copy(
         update={"state": RequestState.PREEMPTING, "preempt_reason": reason, "preempt_deadline": deadline}
     )
+
+
+def checkpoint_lease(db: Database, principal: Principal, lease_id: str) -> Lease:
+    """Record that the holder took a checkpoint now (server time, not the client's): a preemption then
+    loses only the work since. Bounded by design: a lease keeps one timestamp and a count, and no event
+    is logged per call, so a chatty client grows nothing. 409 once the lease has ended."""
+    require_writer(principal)
+
+    def work(tx: Tx) -> Lease:
+        lease = _locked_lease(tx, lease_id)
+        require_owner(principal, lease.subject, f"lease {lease_id}")
+        if lease.state.value not in LIVE:
+            raise conflict(
+                f"lease {lease_id} is {lease.state.value}: a checkpoint can only be reported on a live lease",
+                "lease_id",
+            )
+        count = min(lease.checkpoints + 1, MAX_CHECKPOINTS)
+        update_lease(tx, lease_id, checkpointed_at=tx.now, checkpoints=count)
+        return lease.model_copy(update={"checkpointed_at": tx.now, "checkpoints": count})
+
+    return db.write(work)
 
 
 def preempt_lease(db: Database, defs: DefinitionsCache, lease_id: str, spec: PreemptSpec) -> Lease:

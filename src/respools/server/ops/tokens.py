@@ -8,13 +8,15 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from respools.model import Role
-from respools.server.auth import TOKENS_TOPIC, hash_token, new_token, new_token_id
+from respools.model import RequestState, Role
+from respools.server.auth import TOKENS_TOPIC, hash_token, new_token, new_token_id, require_owner
 from respools.server.db.database import Database, Tx
+from respools.server.db.statements import LEASE_BY_ID
 from respools.server.db.tables import META, TOKENS
-from respools.server.errors import invalid, not_found
+from respools.server.errors import conflict, invalid, not_found
+from respools.server.lease_tokens import HELD
 from respools.server.ops.references import require_subject
-from respools.server.schemas import IssuedToken, TokenInfo, TokenSpec
+from respools.server.schemas import IssuedToken, Principal, TokenInfo, TokenSpec
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ def _info(row: sa.RowMapping) -> TokenInfo:
         subject=row["subject"],
         description=row["description"],
         created_at=row["created_at"],
+        lease_id=row["lease_id"],
     )
 
 
@@ -56,6 +59,43 @@ def issue_token(db: Database, spec: TokenSpec) -> IssuedToken:
             subject=spec.subject,
             description=spec.description,
             created_at=tx.now,
+            token=token,
+        )
+
+    return db.write(work)
+
+
+def issue_lease_token(db: Database, principal: Principal, lease_id: str) -> IssuedToken:
+    """A token that acts on ``lease_id`` only, while it is held (:mod:`respools.server.lease_tokens`); for
+    the lease's own subject or an admin."""
+
+    def work(tx: Tx) -> IssuedToken:
+        row = tx.conn.execute(LEASE_BY_ID, {"k_id": lease_id}).mappings().first()
+        if row is None:
+            raise not_found("lease", lease_id, "lease_id")
+        require_owner(principal, row["subject"], f"lease {lease_id}")
+        if RequestState(row["state"]) not in HELD:
+            raise conflict(f"lease {lease_id} is {row['state']}: a lease-scoped token is issued only while it is held")
+        token, token_id = new_token(), new_token_id()
+        description = f"scoped to lease {lease_id}"
+        tx.conn.execute(
+            sa.insert(TOKENS).values(
+                id=token_id,
+                token_hash=hash_token(token),
+                role=Role.SUBJECT.value,
+                subject=row["subject"],
+                description=description,
+                created_at=tx.now,
+                lease_id=lease_id,
+            )
+        )
+        return IssuedToken(
+            id=token_id,
+            role=Role.SUBJECT,
+            subject=row["subject"],
+            description=description,
+            created_at=tx.now,
+            lease_id=lease_id,
             token=token,
         )
 

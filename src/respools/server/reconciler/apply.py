@@ -154,6 +154,8 @@ def _grant(tx: Tx, cycle: CycleInput, decisions: Decisions, outcome: CycleOutcom
                 "preempted_for": None,
                 "overdue_since": None,
                 "released_at": None,
+                "checkpointed_at": None,
+                "checkpoints": 0,
             }
         )
         request_rows.append(

@@ -10,6 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from respools.model import ErrorBody
 from respools.server.auth import require_admin, unauthenticated
+from respools.server.lease_tokens import expired, scope_refusal
 from respools.server.schemas import Principal
 from respools.server.services import Services
 
@@ -61,6 +62,11 @@ class BearerPrincipal(HTTPBearer):
             principal = await run_in_threadpool(services.tokens.lookup, token)
         if principal is None:
             raise unauthenticated("this token is not known (revoked or mistyped): ask an admin for a token")
+        if principal.lease_id is not None:  # a lease-scoped token: its one lease, while held
+            refusal = scope_refusal(principal, request.method, request.url.path)
+            refusal = refusal or await run_in_threadpool(expired, services.db, principal)
+            if refusal is not None:
+                raise refusal
         return principal
 
 

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response, status
 from starlette.concurrency import run_in_threadpool
 
-from respools.model import Request, RequestSpec, RequestState
-from respools.server.auth import visible_subject
+from respools.model import MAX_BATCH_IDS, ItemError, Request, RequestSpec, RequestState, RequestsWatch, WatchedRequests
+from respools.server.auth import require_owner, visible_subject
 from respools.server.errors import forbidden, invalid, not_found
 from respools.server.ops import requests
 from respools.server.routes.answers import model_answer
 from respools.server.routes.deps import ERRORS, MAX_WAIT_S, Auth, NameFilter, ServicesDep
 from respools.server.schemas import Principal
 from respools.server.services import Services
-from respools.server.watchers import RequestWatch
+from respools.server.watchers import RequestWatch, Waiter
 
 router = APIRouter(prefix="/v1/requests", tags=["requests"], responses=ERRORS)
-
-RECHECK_S = 5.0
-"""Long-polls re-read their request at least this often, in case a notification was lost."""
 
 
 def _timeout(services: Services, timeout: float, field: str) -> float:
@@ -38,26 +34,29 @@ def _watch(services: Services) -> RequestWatch:
 
 
 async def _until_changed(
-    services: Services, changed: asyncio.Event, request: Request, target: RequestState, timeout: float
+    services: Services, changed: Waiter, request: Request, target: RequestState, timeout: float
 ) -> Request:
     """Re-read ``request`` whenever it is said to have changed, until its state leaves ``target`` or
     ``timeout`` passes. The caller registered ``changed`` before its first read.
 
     A grant of the pending request (by any replica's reconciler) is answered from the grant, without
-    reading the store again."""
+    reading the store again. Nothing is read while nothing changes: a lost notification is caught by
+    the process's one periodic recheck of every watched request (:meth:`RequestWatch.recheck`)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     request_id = request.id
     watch = _watch(services)
+    changed.targets[request_id] = target.value
     while request.state == target:
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
-        grant = None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(min(remaining, RECHECK_S)):  # no task per wait, unlike wait_for
+        try:
+            async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
                 await changed.wait()
-            grant = watch.granted(request_id)
+        except TimeoutError:
+            break  # unchanged as far as this process heard: answered as last read
+        grant = watch.granted(request_id)
         changed.clear()
         granted = grant.applied_to(request) if grant is not None else None
         if granted is not None:
@@ -75,7 +74,10 @@ async def wait_for_change(
 ) -> Request:
     """The request once its state differs from ``state`` (default: its state now), or after ``timeout``."""
     with _watch(services).watch(request_id) as changed:
-        request = await run_in_threadpool(requests.get_request, services.db, principal, request_id)
+        request = await services.request_reads.get(request_id)
+        if request is None:
+            raise not_found("request", request_id, "request_id")
+        require_owner(principal, request.subject, f"request {request_id}")
         return await _until_changed(services, changed, request, state or request.state, timeout)
 
 
@@ -154,6 +156,58 @@ async def wait_request(
 ) -> Response:
     _timeout(services, timeout, "timeout")
     return model_answer(await wait_for_change(services, principal, request_id, state, timeout))
+
+
+@router.post(
+    "/watch",
+    response_model=WatchedRequests,
+    summary="Long-poll many requests at once (holders of many leases)",
+    description=f"`requests` maps each watched request (at most {MAX_BATCH_IDS}) to the state its caller last "
+    "saw. Answers as soon as any of them is in another state, listing every one that is (a grant, a preemption "
+    "notice, an end), or after `timeout` seconds with none; unknown requests and other subjects' are listed in "
+    "`errors` at once. One call per holding process replaces a long-poll per lease; call again with the new "
+    "states to keep watching.",
+)
+async def watch_requests(body: RequestsWatch, services: ServicesDep, principal: Auth) -> Response:
+    _timeout(services, body.timeout, "timeout")
+    ids = list(body.requests)
+    targets = {request_id: state.value for request_id, state in body.requests.items()}
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + body.timeout
+    with _watch(services).watch_many(ids) as changed:  # registered before the read: no change slips by
+        changed.targets.update(targets)
+        while True:
+            found = await run_in_threadpool(services.db.read, lambda conn: requests.fetch_many(conn, ids))
+            answer = _watched(principal, ids, targets, found)
+            remaining = deadline - loop.time()
+            if answer.requests or answer.errors or remaining <= 0:
+                return model_answer(answer)
+            try:
+                async with asyncio.timeout(remaining):
+                    await changed.wait()
+            except TimeoutError:
+                return model_answer(answer)
+            changed.clear()
+
+
+def _watched(
+    principal: Principal, ids: list[str], targets: dict[str, str], found: dict[str, Request]
+) -> WatchedRequests:
+    answer = WatchedRequests()
+    for request_id in ids:
+        request = found.get(request_id)
+        if request is None:
+            error = not_found("request", request_id, "requests")
+            answer.errors.append(ItemError(id=request_id, status=error.status, detail=error.detail))
+            continue
+        own = visible_subject(principal)
+        if own is not None and own != request.subject:
+            detail = f"request {request_id} belongs to subject {request.subject!r}; your token is for subject {own!r}"
+            answer.errors.append(ItemError(id=request_id, status=403, detail=detail))
+            continue
+        if request.state.value != targets[request_id]:
+            answer.requests.append(request)
+    return answer
 
 
 @router.post("/{request_id}/cancel", response_model=Request, summary="Cancel a request (releasing its lease)")

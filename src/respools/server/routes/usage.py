@@ -15,6 +15,7 @@ from respools.server import usage
 from respools.server.auth import visible_subject
 from respools.server.errors import forbidden, invalid
 from respools.server.routes.deps import ERRORS, Auth, ServicesDep
+from respools.server.usage_sql import usage_totals
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=ERRORS)
 
@@ -34,6 +35,10 @@ class UsageRow(BaseModel):
     in_share: dict[str, float]
     borrowed: dict[str, float]
     preempted: dict[str, float]
+    lost: dict[str, float] = Field(
+        description="of `preempted`: the part since each lease's last checkpoint report (all of it for a lease "
+        "that reported none): the work a rerun must redo"
+    )
     total: dict[str, float]
     leases: int = Field(description="lease intervals that fell in this group")
 
@@ -94,8 +99,7 @@ def get_usage(
     if usage.Dimension.HOUR in dims and end - start > timedelta(hours=MAX_HOUR_BUCKETS):
         raise invalid(f"by: hourly buckets cover at most {MAX_HOUR_BUCKETS // 24} days; use day", "by")
     who = own or subject
-    spans = services.db.read(lambda conn: usage.intervals(conn, start, end, now, who))
-    groups = usage.aggregate(spans, start, end, dims)
+    groups = services.db.read(lambda conn: usage_totals(conn, start, end, now, who, dims))
     rows = []
     for key in sorted(groups, key=lambda k: tuple("" if v is None else str(v) for v in k)):
         totals = groups[key]
@@ -110,6 +114,7 @@ def get_usage(
                 in_share=_units(totals.in_share),
                 borrowed=_units(totals.borrowed),
                 preempted=_units(totals.preempted),
+                lost=_units(totals.lost),
                 total=_units(both),
                 leases=totals.leases,
             )

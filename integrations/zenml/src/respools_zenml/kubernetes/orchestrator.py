@@ -23,8 +23,9 @@ import logging
 import os
 import socket
 import threading
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
+from pydantic import Field
 from zenml.client import Client as ZenClient
 from zenml.config.base_settings import BaseSettings
 from zenml.config.step_configurations import Step
@@ -38,6 +39,7 @@ from zenml.metadata.metadata_types import MetadataType
 from respools import Client
 from respools_zenml.caching import would_be_cached
 from respools_zenml.identity import StepIdentity
+from respools_zenml.kubernetes.controller_labels import asks_for_gpus, labelled_pod_settings
 from respools_zenml.kubernetes.pod_settings import STEP_CONTAINER, realize_pod_settings
 from respools_zenml.leasing import LeaseArgs
 from respools_zenml.resolve import step_demand
@@ -72,6 +74,13 @@ class PooledKubernetesOrchestratorSettings(KubernetesOrchestratorSettings, Respo
 
 class PooledKubernetesOrchestratorConfig(KubernetesOrchestratorConfig, RespoolsSettings, RespoolsConnection):
     """ZenML's Kubernetes orchestrator config plus where the respools server is."""
+
+    admission: Literal["orchestrator", "controller"] = Field(
+        default="orchestrator",
+        description="orchestrator: the orchestrator pod takes each step's lease before creating its Job (no "
+        "requeue: a preempted step fails); controller: the cluster runs `respools-kubernetes controller`, "
+        "the step's Job is labelled for it, and a preempted step is suspended, requeued and retried",
+    )
 
 
 class PooledKubernetesOrchestrator(KubernetesOrchestrator):
@@ -117,7 +126,28 @@ class PooledKubernetesOrchestrator(KubernetesOrchestrator):
         settings = super().get_settings(container)
         if not isinstance(container, Step) or not os.environ.get(ORCHESTRATOR_POD_ENV) or in_step_process():
             return settings
-        return self.leased_settings(container, cast(PooledKubernetesOrchestratorSettings, settings))
+        pooled = cast(PooledKubernetesOrchestratorSettings, settings)
+        if self.config.admission == "controller":
+            return self.controller_settings(container, pooled)
+        return self.leased_settings(container, pooled)
+
+    def controller_settings(
+        self, step: Step, settings: PooledKubernetesOrchestratorSettings
+    ) -> PooledKubernetesOrchestratorSettings:
+        """The step's settings labelled for the respools controller (see
+        :mod:`respools_zenml.kubernetes.controller_labels`): nothing waits here, the controller holds the
+        Job, and ZenML's own retry policy is left as the user set it (a Job suspended by the controller
+        counts no failure)."""
+        demand = step_demand(step.config, settings)
+        if demand is None or not asks_for_gpus(demand.resources):
+            return settings
+        pod_settings = labelled_pod_settings(demand, settings.pod_settings, subject=self._subject())
+        return settings.model_copy(update={"pod_settings": pod_settings})
+
+    def _subject(self) -> str | None:
+        """The subject of the orchestrator's token: the controller submits for it (its own token is admin)."""
+        subject = self._respools().whoami().get("subject")
+        return str(subject) if subject else None
 
     def leased_settings(
         self, step: Step, settings: PooledKubernetesOrchestratorSettings
@@ -139,7 +169,7 @@ class PooledKubernetesOrchestrator(KubernetesOrchestrator):
         )
         client = self._respools()
         args, request = claim(client, LeaseArgs.for_step(demand, identity, max_retries=0), identity)
-        request = wait_for_grant(client, request, name)
+        request = wait_for_grant(client, request, name, args.allocation_wait_timeout_s)
         assert request.lease_id is not None
         lease = client.get_lease(request.lease_id)
         pool = client.get_pool(lease.pool)

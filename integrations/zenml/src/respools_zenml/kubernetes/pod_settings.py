@@ -94,7 +94,7 @@ def _with_requests(resources: dict[str, Any], lease: Lease) -> dict[str, Any]:
     if MCPU in lease.resources and "cpu" not in requests:
         requests["cpu"] = f"{lease.resources[MCPU]}m"
     if MEMORY_MB in lease.resources and "memory" not in requests:
-        requests["memory"] = f"{lease.resources[MEMORY_MB]}Mi"
+        requests["memory"] = f"{lease.resources[MEMORY_MB]}M"  # decimal megabytes, as ZenML counts them
     if not requests:
         return resources
     return {**resources, "requests": requests}

@@ -10,7 +10,9 @@ itself. The exit status tells the orchestrator how the step ended.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from uuid import UUID
@@ -33,11 +35,19 @@ log = logging.getLogger(__name__)
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--snapshot-id", required=True, type=UUID)
-    parser.add_argument("--step-name", required=True)
-    parser.add_argument("--orchestrator-run-id", required=True)
+    parser.add_argument("--snapshot-id", type=UUID)
+    parser.add_argument("--step-name")
+    parser.add_argument("--orchestrator-run-id")
     parser.add_argument("--source-root", required=True, help="where the pipeline's modules are imported from")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="start ahead: import and open the store, then read the step to run as one JSON line on stdin",
+    )
+    args = parser.parse_args(argv)
+    if not args.warm and None in (args.snapshot_id, args.step_name, args.orchestrator_run_id):
+        parser.error("--snapshot-id, --step-name and --orchestrator-run-id are required without --warm")
+    return args
 
 
 def command(snapshot_id: UUID, step_name: str, orchestrator_run_id: str, source_root: str) -> list[str]:
@@ -57,13 +67,27 @@ def command(snapshot_id: UUID, step_name: str, orchestrator_run_id: str, source_
     ]
 
 
+def warm_command(source_root: str) -> list[str]:
+    """A step process started ahead of its step (see :mod:`respools_zenml.local.warm`)."""
+    return [sys.executable, "-m", __name__, "--warm", "--source-root", source_root]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     source_utils.set_custom_source_root(args.source_root)
     if args.source_root not in sys.path:
         sys.path.insert(0, args.source_root)
     integration_registry.activate_integrations()
-    snapshot = Client().zen_store.get_snapshot(args.snapshot_id, step_configuration_filter=[args.step_name])
+    store = Client().zen_store  # opened before the grant when warm
+    if args.warm:
+        line = sys.stdin.readline()  # the step, once its lease is granted
+        if not line:
+            return EXIT_SUCCEEDED  # the orchestrator went away without a step for us
+        order = json.loads(line)
+        os.environ.update(order["env"])
+        args.snapshot_id, args.step_name = UUID(order["snapshot_id"]), order["step_name"]
+        args.orchestrator_run_id = order["orchestrator_run_id"]
+    snapshot = store.get_snapshot(args.snapshot_id, step_configuration_filter=[args.step_name])
     step = snapshot.step_configurations[args.step_name]
     try:
         launch_step(snapshot=snapshot, step=step, orchestrator_run_id=args.orchestrator_run_id, retry=False)

@@ -14,12 +14,14 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from uuid import UUID
 
 from zenml.client import Client as ZenClient
-from zenml.config.step_configurations import Step
+from zenml.config.retry_config import StepRetryConfig
 from zenml.exceptions import RunStoppedException
 from zenml.orchestrators.publish_utils import publish_failed_step_run
 
@@ -27,7 +29,8 @@ from respools import ApiError, Client, ServerUnreachable
 from respools.model import Lease, RequestState
 from respools_zenml.identity import StepIdentity
 from respools_zenml.leasing import LeaseArgs
-from respools_zenml.local.step_process import EXIT_STOPPED, EXIT_SUCCEEDED, command
+from respools_zenml.local.step_process import EXIT_STOPPED, EXIT_SUCCEEDED
+from respools_zenml.local.warm import WarmSpare
 from respools_zenml.waiting import HELD, LeaseRefused, claim, wait_for_grant, withdraw
 
 log = logging.getLogger(__name__)
@@ -50,11 +53,17 @@ class StepProcessFailed(RuntimeError):
 class Launch:
     """What the orchestrator needs to start a step's process."""
 
-    snapshot_id: UUID
-    step: Step
+    argv: list[str]
+    """The step process's command line (static pipelines: :mod:`.step_process`; dynamic pipelines' isolated
+    steps: ZenML's step operator entrypoint)."""
+    retry: StepRetryConfig | None
     orchestrator_run_id: str
-    source_root: str
     env: dict[str, str]
+    step_run_id: UUID | None = None
+    """The step run the process runs, where it exists before the process (isolated steps)."""
+    spare: WarmSpare | None = None
+    order: dict[str, str] | None = None
+    """What a warm spare is told to run instead of ``argv`` (the step's arguments), with the lease's."""
 
 
 class StepProcessSupervisor:
@@ -65,14 +74,17 @@ class StepProcessSupervisor:
         self.args = args
         self.identity = identity
         self.launch = launch
+        self.process: subprocess.Popen[bytes] | None = None
+        self.stop = threading.Event()
+        """Set to stop the step (ZenML's ``stop_isolated_step``): it leaves the queue or its process ends."""
 
     def run(self) -> None:
-        retry = self.launch.step.config.retry
+        retry = self.launch.retry
         retries = retry.max_retries if retry else 0
         delay = float(retry.delay) if retry else 0.0
         backoff = float(retry.backoff) if retry else 1.0
         for attempt in range(retries + 1):
-            status = self._attempt()
+            status = self.attempt()
             if status == EXIT_SUCCEEDED:
                 return
             if status == EXIT_STOPPED:
@@ -83,10 +95,15 @@ class StepProcessSupervisor:
                 delay *= backoff
         raise StepProcessFailed(f"step {self.identity.step_name!r} failed after {retries + 1} attempt(s)")
 
-    def _attempt(self) -> int:
+    def attempt(self) -> int:
+        """One attempt: wait for the grant, run the step's process under the lease; its exit status."""
+        if self.launch.spare is not None:
+            self.launch.spare.prepare()  # boots while the request waits
         args, request = claim(self.client, self.args, self.identity)
         try:
-            request = wait_for_grant(self.client, request, self.identity.step_name)
+            request = wait_for_grant(
+                self.client, request, self.identity.step_name, args.allocation_wait_timeout_s, stop=self.stop
+            )
         except LeaseRefused:
             raise
         except BaseException:
@@ -96,12 +113,14 @@ class StepProcessSupervisor:
         return self._run_process(args, request.lease_id)
 
     def _run_process(self, args: LeaseArgs, lease_id: str) -> int:
-        env = {**os.environ, **self.launch.env, **args.to_env()}
-        argv = command(
-            self.launch.snapshot_id, self.identity.step_name, self.launch.orchestrator_run_id, self.launch.source_root
-        )
-        process = subprocess.Popen(argv, env=env, start_new_session=True)
-        watch = _LeaseWatch(self.client, lease_id)
+        process = None
+        if self.launch.spare is not None and self.launch.order is not None:
+            process = self.launch.spare.take({**self.launch.order, "env": args.to_env()})
+        if process is None:
+            env = {**os.environ, **self.launch.env, **args.to_env()}
+            process = subprocess.Popen(self.launch.argv, env=env, start_new_session=True)
+        self.process = process
+        watch = _LeaseWatch(self.client, lease_id, args)
         killed = False
         try:
             while True:
@@ -110,9 +129,13 @@ class StepProcessSupervisor:
                     break
                 except subprocess.TimeoutExpired:
                     pass
+                if self.stop.is_set() and not killed:
+                    log.info("Step %s: stopping its process, as ZenML asked.", args.step_name)
+                    _stop(process)
+                    killed = True
                 kill_at = watch.kill_at()
                 if kill_at is not None and time.time() >= kill_at and not killed:
-                    log.warning("Step %s: lease %s is past its deadline; killing the step.", args.step_name, lease_id)
+                    log.warning("Step %s: lease %s %s; killing the step.", args.step_name, lease_id, watch.why)
                     _signal_group(process, signal.SIGKILL)
                     killed = True
         except BaseException:
@@ -138,6 +161,10 @@ class StepProcessSupervisor:
 
     def _fail_unfinished_step_run(self) -> None:
         """A killed step process cannot record its own end; without this the step run stays 'running'."""
+        if self.launch.step_run_id is not None:
+            if not ZenClient().zen_store.get_run_step(self.launch.step_run_id, hydrate=False).status.is_finished:
+                publish_failed_step_run(self.launch.step_run_id)
+            return
         zen = ZenClient()
         runs = zen.list_pipeline_runs(orchestrator_run_id=self.launch.orchestrator_run_id, size=1)
         if not runs.items:
@@ -149,33 +176,62 @@ class StepProcessSupervisor:
             publish_failed_step_run(steps.items[0].id)
 
 
-class _LeaseWatch:
-    """Reads the lease from the server about once a second and says when its step must be gone."""
+def run_unleased(launch: Launch, stop: threading.Event, started: Callable[[subprocess.Popen[bytes]], None]) -> int:
+    """Run a step that asks for nothing in its own process, as an isolated step without a lease."""
+    process = subprocess.Popen(launch.argv, env={**os.environ, **launch.env}, start_new_session=True)
+    started(process)
+    try:
+        while True:
+            try:
+                return process.wait(WATCH_S)
+            except subprocess.TimeoutExpired:
+                if stop.is_set():
+                    _stop(process)
+    finally:
+        _signal_group(process, signal.SIGKILL)
 
-    def __init__(self, client: Client, lease_id: str) -> None:
+
+class _LeaseWatch:
+    """Reads the lease from the server about once a second and says when its step must be gone (and why)."""
+
+    def __init__(self, client: Client, lease_id: str, args: LeaseArgs) -> None:
         self.client = client
         self.lease_id = lease_id
+        self.args = args
         self._next = 0.0
         self._kill_at: float | None = None
+        self.why = "is past its deadline"
 
     def kill_at(self) -> float | None:
         now = time.monotonic()
         if now >= self._next:
             self._next = now + 1.0
             with contextlib.suppress(ApiError, ServerUnreachable):
-                self._kill_at = _deadline(self.client.get_lease(self.lease_id), self._kill_at)
+                self._kill_at = self._deadline(self.client.get_lease(self.lease_id))
         return self._kill_at
 
-
-def _deadline(lease: Lease, known: float | None) -> float | None:
-    """Wall-clock time at which the step must be gone: the grace deadline once it got notice (also after
-    it released the lease, while ZenML records the failure); shortly after the server ended the lease
-    without notice; never while it holds the lease or after it gave it back itself."""
-    if lease.state in (RequestState.PREEMPTING, RequestState.PREEMPTED):
-        return lease.preempt_deadline.timestamp() if lease.preempt_deadline is not None else time.time()
-    if lease.state in (RequestState.EXPIRED, RequestState.CANCELLED):
-        return known if known is not None else time.time() + LOST_KILL_AFTER_S
-    return None
+    def _deadline(self, lease: Lease) -> float | None:
+        """Wall-clock time at which the step must be gone: the grace deadline once it got notice (at once
+        for ``reclaim_tolerance='any'``; also after it released the lease, while ZenML records the
+        failure); the end of ``initialization_lease_seconds`` while no heartbeat came; shortly after the
+        server ended the lease without notice; never while it holds the lease or after it gave it back."""
+        known = self._kill_at
+        if lease.state in (RequestState.PREEMPTING, RequestState.PREEMPTED):
+            if self.args.stop_at_notice:
+                self.why = "got preemption notice and its step tolerates any reclaim (reclaim_tolerance='any')"
+                return known if known is not None else time.time()
+            self.why = "is past its preemption deadline"
+            return lease.preempt_deadline.timestamp() if lease.preempt_deadline is not None else time.time()
+        if lease.state == RequestState.GRANTED and self.args.initialization_lease_s is not None:
+            self.why = (
+                f"saw no heartbeat within initialization_lease_seconds={self.args.initialization_lease_s:g} of "
+                "its grant"
+            )
+            return lease.granted_at.timestamp() + self.args.initialization_lease_s
+        if lease.state in (RequestState.EXPIRED, RequestState.CANCELLED):
+            self.why = f"was {lease.state.value} by the server"
+            return known if known is not None else time.time() + LOST_KILL_AFTER_S
+        return None
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
