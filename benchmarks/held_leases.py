@@ -242,7 +242,11 @@ async def hold_batch(
                 if request["state"] == "preempting":
                     samples.notices.setdefault(lease_id, time.time())
                     live.discard(lease_id)
-                    await conn.call("POST", f"/v1/leases/{lease_id}/release")
+                    try:
+                        await conn.call("POST", f"/v1/leases/{lease_id}/release")
+                    except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                        samples.error(type(exc).__name__)
+                        conn.close()
                 elif request["state"] != "active":
                     samples.error(f"ended {request['state']}")
                     live.discard(lease_id)
