@@ -173,15 +173,16 @@ async def hold_one(
 
 async def hold_batch(
     conn: Connection,
-    watch: Connection,
+    watches: list[Connection],
     held: list[tuple[str, str]],
     interval: float,
     window: Window,
     samples: Samples,
     max_ids: int,
 ) -> None:
-    """The SDK's multi-lease holder for ``held``: one batch heartbeat per interval on ``conn`` and one
-    watch long-poll on ``watch`` for all of them."""
+    """The SDK's multi-lease holder (:class:`~respools.client.keeper.LeaseKeeper`) for ``held``: batch
+    heartbeats of ``max_ids`` leases each per interval on ``conn``, and a watch long-poll per ``max_ids``
+    requests, each on a connection of ``watches``."""
     loop = asyncio.get_running_loop()
     lease_of = dict(held)  # request id → lease id
     live = {lease for _, lease in held}
@@ -217,9 +218,9 @@ async def hold_batch(
                     live.discard(error["id"])
             next_beat = loop.time() + interval
 
-    async def watching() -> None:
-        seen = {request: "active" for request in lease_of}
-        while not window.over(loop.time()) and live:
+    async def watching(watch: Connection, chunk: list[tuple[str, str]]) -> None:
+        seen = {request: "active" for request, _ in chunk}
+        while not window.over(loop.time()) and any(lease_of[r] in live for r in seen):
             until = max(0.05, (window.end or loop.time() + 20) - loop.time())
             body = {"requests": {r: s for r, s in seen.items() if lease_of[r] in live}, "timeout": min(until, 20.0)}
             try:
@@ -251,7 +252,8 @@ async def hold_batch(
                     samples.error(f"ended {request['state']}")
                     live.discard(lease_id)
 
-    await asyncio.gather(beats(), watching())
+    chunks = [held[i : i + max_ids] for i in range(0, len(held), max_ids)]
+    await asyncio.gather(beats(), *(watching(watch, chunk) for watch, chunk in zip(watches, chunks, strict=True)))
 
 
 async def ticker(window: Window, samples: Samples) -> None:
@@ -295,8 +297,11 @@ async def generate(urls: list[str], token: str, count: int, args: Any, ready: An
                 groups.setdefault(i % len(ends), []).append(pair)
         for i, held in groups.items():
             host, _, port = ends[i]
-            conn, watch = Connection(host, int(port), token), Connection(host, int(port), token)
-            tasks.append(asyncio.create_task(hold_batch(conn, watch, held, args.interval, window, samples, args.batch)))
+            conn = Connection(host, int(port), token)
+            watches = [Connection(host, int(port), token) for _ in range(0, len(held), args.batch)]
+            tasks.append(
+                asyncio.create_task(hold_batch(conn, watches, held, args.interval, window, samples, args.batch))
+            )
         for conn in conns:
             conn.close()
         samples.held = sum(1 for a in acquired if a is not None)
