@@ -94,37 +94,31 @@ def test_the_leaders_grants_and_notices_reach_long_polls_on_a_follower(
     _ok(leader.post(f"/v1/leases/{held['lease_id']}/heartbeat", headers=as_sandbox))
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        single = pool.submit(
-            lambda: _ok(follower.get(f"/v1/requests/{held['id']}/wait?state=active&timeout=60", headers=as_sandbox))
-        )
-        watched = pool.submit(
-            lambda: _ok(
-                follower.post(
-                    "/v1/requests/watch", json={"requests": {held["id"]: "active"}, "timeout": 60}, headers=as_sandbox
-                )
-            )
-        )
-        _until_waiting(follower, 2)
+        single, watched = _both_long_polls(pool, follower, held["id"], "active", as_sandbox)
         started = time.monotonic()
         waiting = _ok(leader.post("/v1/requests", json={"resources": {"gpu": 1}}, headers=as_prod))
         assert waiting["state"] == "pending"
         assert _heard(single, started)["state"] == "preempting"
         assert [(r["id"], r["state"]) for r in _heard(watched, started)["requests"]] == [(held["id"], "preempting")]
 
-        single = pool.submit(
-            lambda: _ok(follower.get(f"/v1/requests/{waiting['id']}/wait?state=pending&timeout=60", headers=as_prod))
-        )
-        watched = pool.submit(
-            lambda: _ok(
-                follower.post(
-                    "/v1/requests/watch", json={"requests": {waiting["id"]: "pending"}, "timeout": 60}, headers=as_prod
-                )
-            )
-        )
-        _until_waiting(follower, 2)
+        single, watched = _both_long_polls(pool, follower, waiting["id"], "pending", as_prod)
         started = time.monotonic()
         _ok(leader.post(f"/v1/leases/{held['lease_id']}/release", headers=as_sandbox))  # the leader grants prod
         granted = _heard(single, started)
         assert granted["state"] == "granted" and granted["lease_id"]
         (watched_grant,) = _heard(watched, started)["requests"]
         assert (watched_grant["state"], watched_grant["lease_id"]) == ("granted", granted["lease_id"])
+
+
+def _both_long_polls(
+    pool: ThreadPoolExecutor, server: httpx.Client, request_id: str, state: str, headers: dict[str, str]
+) -> tuple[Future[Any], Future[Any]]:
+    """A single-lease long-poll and a many-request watch on ``request_id`` leaving ``state``, both waiting
+    on ``server`` when this returns."""
+    single = pool.submit(
+        lambda: _ok(server.get(f"/v1/requests/{request_id}/wait?state={state}&timeout=60", headers=headers))
+    )
+    body = {"requests": {request_id: state}, "timeout": 60}
+    watched = pool.submit(lambda: _ok(server.post("/v1/requests/watch", json=body, headers=headers)))
+    _until_waiting(server, 2)
+    return single, watched
