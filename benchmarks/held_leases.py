@@ -218,8 +218,9 @@ async def batch_beats(
                 if lease["state"] == "preempting" and lease["id"] in group.live:
                     samples.notices.setdefault(lease["id"], time.time())
             for error in answer["errors"]:
-                samples.error(f"heartbeat item {error['status']}")
-                group.live.discard(error["id"])
+                if error["id"] in group.live:  # else released by its watch while this batch was out
+                    samples.error(f"heartbeat item {error['status']}")
+                    group.live.discard(error["id"])
         next_beat = loop.time() + interval
 
 
