@@ -171,83 +171,99 @@ async def hold_one(
         return
 
 
-async def hold_batch(
-    conn: Connection,
-    watch: Connection,
-    held: list[tuple[str, str]],
-    interval: float,
-    window: Window,
-    samples: Samples,
-    max_ids: int,
+@dataclass
+class BatchGroup:
+    """The leases one multi-lease holder keeps (those acquired through one replica): filled while the
+    leases are acquired, so that each is renewed from its grant on, as the SDK's keeper renews a lease
+    from :meth:`~respools.client.keeper.LeaseKeeper.add` on."""
+
+    lease_of: dict[str, str] = field(default_factory=dict)
+    """Request id → lease id."""
+    live: set[str] = field(default_factory=set)
+
+    def add(self, request_id: str, lease_id: str) -> None:
+        self.lease_of[request_id] = lease_id
+        self.live.add(lease_id)
+
+
+async def batch_beats(
+    conn: Connection, group: BatchGroup, interval: float, window: Window, samples: Samples, max_ids: int
 ) -> None:
-    """The SDK's multi-lease holder for ``held``: one batch heartbeat per interval on ``conn`` and one
-    watch long-poll on ``watch`` for all of them."""
+    """The keeper's heartbeats: every ``interval``, every live lease of ``group`` in batches of
+    ``max_ids`` on ``conn``, from the first acquisition until the window closes."""
     loop = asyncio.get_running_loop()
-    lease_of = dict(held)  # request id → lease id
-    live = {lease for _, lease in held}
-
-    async def beats() -> None:
-        next_beat = loop.time() + random.uniform(0, interval)
-        while not window.over(loop.time()) and live:
-            await asyncio.sleep(max(0.0, min(next_beat, window.end or next_beat) - loop.time()))
-            if window.over(loop.time()):
-                return
-            ids = sorted(live)
-            for chunk in range(0, len(ids), max_ids):
-                started = time.perf_counter()
-                try:
-                    status, answer = await conn.call(
-                        "POST", "/v1/leases/heartbeat", {"lease_ids": ids[chunk : chunk + max_ids]}
-                    )
-                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
-                    samples.error(type(exc).__name__)
-                    conn.close()
-                    continue
-                samples.calls += 1
-                if window.inside(loop.time()):
-                    samples.heartbeats_ms.append(1000 * (time.perf_counter() - started))
-                if status != 200:
-                    samples.error(f"batch heartbeat {status}")
-                    continue
-                for lease in answer["leases"]:
-                    if lease["state"] == "preempting" and lease["id"] in live:
-                        samples.notices.setdefault(lease["id"], time.time())
-                for error in answer["errors"]:
-                    samples.error(f"heartbeat item {error['status']}")
-                    live.discard(error["id"])
-            next_beat = loop.time() + interval
-
-    async def watching() -> None:
-        seen = {request: "active" for request in lease_of}
-        while not window.over(loop.time()) and live:
-            until = max(0.05, (window.end or loop.time() + 20) - loop.time())
-            body = {"requests": {r: s for r, s in seen.items() if lease_of[r] in live}, "timeout": min(until, 20.0)}
+    next_beat = loop.time() + interval
+    while not window.over(loop.time()):
+        await asyncio.sleep(max(0.0, min(next_beat, window.end or next_beat) - loop.time()))
+        if window.over(loop.time()):
+            return
+        ids = sorted(group.live)
+        for chunk in range(0, len(ids), max_ids):
+            started = time.perf_counter()
             try:
-                status, answer = await watch.call("POST", "/v1/requests/watch", body)
+                status, answer = await conn.call(
+                    "POST", "/v1/leases/heartbeat", {"lease_ids": ids[chunk : chunk + max_ids]}
+                )
             except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 samples.error(type(exc).__name__)
-                watch.close()
-                await asyncio.sleep(RETRY_PAUSE_S)
+                conn.close()
                 continue
             samples.calls += 1
+            if window.inside(loop.time()):
+                samples.heartbeats_ms.append(1000 * (time.perf_counter() - started))
             if status != 200:
-                samples.error(f"watch {status}")
-                await asyncio.sleep(RETRY_PAUSE_S)
+                samples.error(f"batch heartbeat {status}")
                 continue
-            for request in answer["requests"]:
-                seen[request["id"]] = request["state"]
-                lease_id = lease_of[request["id"]]
-                if lease_id not in live:
-                    continue
-                if request["state"] == "preempting":
-                    samples.notices.setdefault(lease_id, time.time())
-                    live.discard(lease_id)
-                    await conn.call("POST", f"/v1/leases/{lease_id}/release")
-                elif request["state"] != "active":
-                    samples.error(f"ended {request['state']}")
-                    live.discard(lease_id)
+            for lease in answer["leases"]:
+                if lease["state"] == "preempting" and lease["id"] in group.live:
+                    samples.notices.setdefault(lease["id"], time.time())
+            for error in answer["errors"]:
+                if error["id"] in group.live:  # else released by its watch while this batch was out
+                    samples.error(f"heartbeat item {error['status']}")
+                    group.live.discard(error["id"])
+        next_beat = loop.time() + interval
 
-    await asyncio.gather(beats(), watching())
+
+async def batch_watch(
+    watch: Connection, release: Connection, group: BatchGroup, requests: list[str], window: Window, samples: Samples
+) -> None:
+    """The keeper's watch of ``requests`` (at most a thousand) on ``watch``; a lease under notice is
+    released on ``release`` (the heartbeats' connection)."""
+    loop = asyncio.get_running_loop()
+    seen = dict.fromkeys(requests, "active")
+    while not window.over(loop.time()) and any(group.lease_of[r] in group.live for r in seen):
+        until = max(0.05, (window.end or loop.time() + 20) - loop.time())
+        watched = {r: s for r, s in seen.items() if group.lease_of[r] in group.live}
+        try:
+            status, answer = await watch.call(
+                "POST", "/v1/requests/watch", {"requests": watched, "timeout": min(until, 20.0)}
+            )
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            samples.error(type(exc).__name__)
+            watch.close()
+            await asyncio.sleep(RETRY_PAUSE_S)
+            continue
+        samples.calls += 1
+        if status != 200:
+            samples.error(f"watch {status}")
+            await asyncio.sleep(RETRY_PAUSE_S)
+            continue
+        for request in answer["requests"]:
+            seen[request["id"]] = request["state"]
+            lease_id = group.lease_of[request["id"]]
+            if lease_id not in group.live:
+                continue
+            if request["state"] == "preempting":
+                samples.notices.setdefault(lease_id, time.time())
+                group.live.discard(lease_id)
+                try:
+                    await release.call("POST", f"/v1/leases/{lease_id}/release")
+                except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                    samples.error(type(exc).__name__)
+                    release.close()
+            elif request["state"] != "active":
+                samples.error(f"ended {request['state']}")
+                group.live.discard(lease_id)
 
 
 async def ticker(window: Window, samples: Samples) -> None:
@@ -272,29 +288,35 @@ async def generate(urls: list[str], token: str, count: int, args: Any, ready: An
     ]
 
     settled = 0
+    groups = [BatchGroup() for _ in ends]
+    beaters = [Connection(host, int(port), token) for host, _, port in ends]
+    tasks: list[asyncio.Task[Any]] = []
+    if args.batch:  # renewing from the first grant on: acquiring ten thousand takes longer than a TTL
+        for group, conn in zip(groups, beaters, strict=True):
+            tasks.append(asyncio.create_task(batch_beats(conn, group, args.interval, window, samples, args.batch)))
 
-    async def one(conn: Connection) -> tuple[str, str] | None:
+    async def one(i: int, conn: Connection) -> tuple[str, str] | None:
         nonlocal settled
         pair = await acquire(conn, samples, gate)
         settled += 1
-        if pair is not None and not args.batch:
+        if pair is not None and args.batch:
+            groups[(offset + i) % len(ends)].add(*pair)
+        elif pair is not None:
             await hold_one(conn, *pair, args.interval, window, samples)
         return pair
 
-    holders = [asyncio.create_task(one(conn)) for conn in conns]
-    tasks: list[asyncio.Task[Any]] = list(holders)
+    holders = [asyncio.create_task(one(i, conn)) for i, conn in enumerate(conns)]
+    tasks.extend(holders)
     if args.batch:
         acquired = await asyncio.gather(*holders)
-        groups: dict[int, list[tuple[str, str]]] = {}
-        for i, pair in enumerate(acquired):
-            if pair is not None:
-                groups.setdefault(i % len(ends), []).append(pair)
-        for i, held in groups.items():
-            host, _, port = ends[i]
-            conn, watch = Connection(host, int(port), token), Connection(host, int(port), token)
-            tasks.append(asyncio.create_task(hold_batch(conn, watch, held, args.interval, window, samples, args.batch)))
         for conn in conns:
             conn.close()
+        for (host, _, port), group, beater in zip(ends, groups, beaters, strict=True):
+            requests = list(group.lease_of)
+            for start in range(0, len(requests), args.batch):
+                watch = Connection(host, int(port), token)
+                chunk = requests[start : start + args.batch]
+                tasks.append(asyncio.create_task(batch_watch(watch, beater, group, chunk, window, samples)))
         samples.held = sum(1 for a in acquired if a is not None)
     else:
         while settled < count:

@@ -228,8 +228,15 @@ class Connection:
         self.auth = f"Authorization: Bearer {token}\r\n".encode()
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self._one_at_a_time = asyncio.Lock()
 
     async def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        async with self._one_at_a_time:  # a holder's release may come while its batch heartbeat is out
+            return await self._call(method, path, body)
+
+    async def _call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        if self.reader is not None and self.reader.at_eof():
+            self.close()  # the server closed it while idle (its keep-alive timeout), as httpcore checks
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None

@@ -49,3 +49,26 @@ def test_a_keeper_renews_its_leases_and_hears_notice_and_end_of_each(world: Worl
         w.client.release(kept.lease_id)
     finally:
         keeper.stop()
+
+
+def test_a_lease_of_a_shorter_ttl_quickens_the_keepers_pace(world: WorldFactory) -> None:
+    """A holder that adopts leases already started (the Kubernetes controller after a restart) hands
+    them over with their pool's TTL: a keeper made for 60 s leases renews a 1.5 s lease in time."""
+    w = world(capacity={"gpu": 2}, ttl_s=1.5)
+    request = w.client.submit(RequestSpec(resources={"gpu": 1}), wait=10)
+    assert request.lease_id is not None
+    started = w.client.heartbeat(request.lease_id)
+    keeper = LeaseKeeper(w.client, ttl_s=60, on_notice=lambda *_: None, on_end=lambda *_: None)
+    keeper.start()
+    try:
+        assert keeper.interval_s == 20
+        keeper.add_lease(started, ttl_s=1.5)
+        assert keeper.keeps(started.id) and not keeper.noticed(started.id)
+        assert keeper.interval_s == 0.5
+        threading.Event().wait(3 * 1.5)  # two TTLs: only the keeper's heartbeats keep it alive
+        assert w.client.get_lease(started.id).state == RequestState.ACTIVE
+        keeper.remove(started.id)
+        assert not keeper.keeps(started.id)
+        w.client.release(started.id)
+    finally:
+        keeper.stop()

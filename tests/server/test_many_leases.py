@@ -7,7 +7,11 @@ import threading
 import time
 from typing import Any
 
+import sqlalchemy as sa
+
 from respools.model import MAX_BATCH_IDS
+from respools.server.db.statements import REQUESTS_BY_IDS
+from respools.server.services import Services
 from tests.server.conftest import Api
 
 
@@ -69,3 +73,40 @@ def test_one_watch_hears_a_notice_on_any_of_its_requests_at_once(api: Api) -> No
 
     unknown = api.ok("POST", "/v1/requests/watch", token, json={"requests": {"req_missing": "active"}})
     assert unknown["errors"] == [{"id": "req_missing", "status": 404, "detail": "request 'req_missing' does not exist"}]
+
+
+def test_a_watch_woken_by_one_change_reads_only_that_request(api: Api) -> None:
+    """A wake costs what changed, not what is watched: after its first read of every request, the
+    watch re-reads only the one whose notice woke it."""
+    services: Services = api.client.app.state.services  # type: ignore[attr-defined]
+    token, granted = _held(api, 4)
+    api.ok("POST", "/v1/leases/heartbeat", token, json={"lease_ids": [r["lease_id"] for r in granted]})
+    seen = {r["id"]: "active" for r in granted}
+    reads: list[set[str]] = []
+
+    def record(conn: Any, clause: Any, multiparams: Any, params: Any, options: Any) -> None:
+        if clause is REQUESTS_BY_IDS:
+            for bound in multiparams or [params]:
+                ids = set(bound.get("k_ids", ())) & seen.keys()
+                if ids:
+                    reads.append(ids)
+
+    sa.event.listen(services.db.read_engine, "before_execute", record)
+    try:
+        victim = granted[2]
+
+        def preempt_once_watching() -> None:
+            deadline = time.monotonic() + 20
+            while set(seen) not in reads and time.monotonic() < deadline:
+                time.sleep(0.01)
+            api.ok("POST", f"/v1/leases/{victim['lease_id']}/preempt", json={})
+
+        notice = threading.Thread(target=preempt_once_watching)
+        notice.start()
+        answer = api.ok("POST", "/v1/requests/watch", token, json={"requests": seen, "timeout": 20})
+        notice.join()
+    finally:
+        sa.event.remove(services.db.read_engine, "before_execute", record)
+    assert [(r["id"], r["state"]) for r in answer["requests"]] == [(victim["id"], "preempting")]
+    assert reads[0] == set(seen), "the first read is of every watched request"
+    assert reads[1:] and all(ids == {victim["id"]} for ids in reads[1:]), reads[1:]

@@ -117,3 +117,25 @@ def test_a_payload_of_an_older_replica_or_a_mangled_grant_means_read_the_request
     _, changes = decode("them|||req_1,req_2,|req_1:lse_1:x,req_2:lse_2:0,req_3:lse_3:0")
     assert changes.granted == {"req_2": Granted("lse_2", 0)}, "only well-formed grants of announced requests"
     assert decode("garbage")[1].resync
+
+
+def test_a_watch_of_many_requests_learns_which_changed_and_a_resync_means_all() -> None:
+    async def scenario() -> None:
+        watch = RequestWatch(asyncio.get_running_loop())
+        with watch.watch_many(["req_1", "req_2", "req_3"]) as changed:
+            changed.targets.update({"req_1": "active", "req_2": "active", "req_3": "active"})
+            watch.on_changes(Changes(requests={"req_2", "req_9"}))
+            await asyncio.wait_for(changed.wait(), 1)
+            assert changed.take_changed() == {"req_2"} and not changed.is_set()
+            assert watch.recheck({"req_1": "active", "req_2": "active", "req_3": "active"}) == 0
+            assert changed.take_changed() == set(), "a recheck that found nothing marks nothing"
+            watch.on_changes(Changes(requests={"req_1"}))
+            await asyncio.wait_for(changed.wait(), 1)
+            assert watch.recheck({"req_1": "preempting", "req_2": "active", "req_3": "ended"}) == 0
+            assert changed.take_changed() == {"req_1", "req_3"}, "a lost notice is marked even on a woken watch"
+            watch.on_changes(Changes(resync=True))
+            await asyncio.wait_for(changed.wait(), 1)
+            assert changed.take_changed() is None, "after a resync every request is read again"
+            assert changed.take_changed() == set()
+
+    _run_on_own_thread(scenario())

@@ -4,6 +4,7 @@ controllers where a workload needs them (the Job controller's pods, a kubelet's 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import kmock
 import pytest
 from kubernetes.client import ApiClient, BatchV1Api, Configuration, CoreV1Api
@@ -695,25 +697,57 @@ def test_a_finished_or_deleted_job_gives_its_lease_back(
     assert admin.list_leases(pool=pool, live=True) == []
 
 
-def test_the_controller_heartbeats_an_admitted_workloads_lease(
-    watched_apiserver: kmock.KubernetesEmulator, controller: ControllerFactory, admin: Client, pool: str
+def test_the_controller_keeps_its_workloads_leases_with_batch_heartbeats(
+    watched_apiserver: kmock.KubernetesEmulator,
+    controller: ControllerFactory,
+    admin: Client,
+    server: ServerProcess,
+    pool: str,
 ) -> None:
+    """One batch heartbeat renews every admitted workload's lease (the process's LeaseKeeper): after
+    the first heartbeat that starts each lease, the passes (every 0.2 s here) heartbeat none of their own."""
     spec = admin.get(f"/v1/pools/{pool}")
     admin.put(f"/v1/pools/{pool}", {key: spec[key] for key in ("name", "stack", "settings")} | {"lease_ttl_s": 1.0})
-    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 2)
-    watched_apiserver.objects[JOBS, "ml", "train"] = job("train", "uid-hb", {"nvidia.com/gpu": "1"}, pool=pool)
+    watched_apiserver.objects[NODES, None, "gpu-a"] = node("gpu-a", pool, 3)
+    for i in range(3):
+        watched_apiserver.objects[JOBS, "ml", f"train-{i}"] = job(
+            f"train-{i}", f"uid-hb-{i}", {"nvidia.com/gpu": "1"}, pool=pool
+        )
     controller()
-    admitted = eventually(lambda: in_state(watched_apiserver, JOBS, "train", "admitted"))
-    lease_id = notes(admitted)[names.LEASE_ID]
-    # The Job is annotated admitted just before the first heartbeat: until that one, the lease is granted
+    admitted = [
+        eventually(functools.partial(in_state, watched_apiserver, JOBS, f"train-{i}", "admitted")) for i in range(3)
+    ]
+    lease_ids = [notes(obj)[names.LEASE_ID] for obj in admitted]
+
+    def started(lease_id: str) -> Any:
+        lease = admin.get_lease(lease_id)
+        return lease.state == RequestState.ACTIVE and lease.expires_at
+
+    # A Job is annotated admitted just before the first heartbeat: until that one, its lease is granted
     # and expires at the pool's init timeout, far later than any 1 s renewal.
-    first = eventually(lambda: (lease := admin.get_lease(lease_id)).state == RequestState.ACTIVE and lease.expires_at)
+    first = [eventually(functools.partial(started, lease_id)) for lease_id in lease_ids]
 
-    time.sleep(2.5)  # well past the 1 s TTL: only heartbeats keep the lease
+    singles, batches = heartbeat_calls(server)
+    time.sleep(2.5)  # well past the 1 s TTL: only heartbeats keep the leases
 
-    lease = admin.get_lease(lease_id)
-    assert lease.state == RequestState.ACTIVE
-    assert lease.expires_at > first
+    for lease_id, expires_at in zip(lease_ids, first, strict=True):
+        lease = admin.get_lease(lease_id)
+        assert lease.state == RequestState.ACTIVE
+        assert lease.expires_at > expires_at
+    now_singles, now_batches = heartbeat_calls(server)
+    assert now_singles == singles, "no lease heartbeated on its own once started (passes ran meanwhile)"
+    assert now_batches - batches >= 3, "renewed together, every third of the TTL"
+
+
+def heartbeat_calls(server: ServerProcess) -> tuple[float, float]:
+    """Heartbeats the server answered so far: of one lease each, and batches."""
+    counts = {"/v1/leases/{lease_id}/heartbeat": 0.0, "/v1/leases/heartbeat": 0.0}
+    for line in httpx.get(f"{server.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith("respools_http_requests_total{"):
+            route = line.split('route="', 1)[1].split('"', 1)[0]
+            if route in counts:
+                counts[route] += float(line.rsplit(" ", 1)[1])
+    return counts["/v1/leases/{lease_id}/heartbeat"], counts["/v1/leases/heartbeat"]
 
 
 def test_a_watch_resumes_from_the_version_its_last_bookmark_gave(

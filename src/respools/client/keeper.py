@@ -7,8 +7,8 @@ thousands at once. A :class:`LeaseKeeper` renews all of them with ``POST /v1/lea
 with ``POST /v1/requests/watch`` (one long-poll per thousand), the way etcd renews many leases over one
 keep-alive stream. It reports each lease's notice and end through listeners, as the monitor does.
 
-The Kubernetes controller and the Vertex AI / Databricks runners hold a lease per workload and could
-move to this; they still run a monitor per lease today.
+The Kubernetes controller keeps its workloads' leases with one keeper per process; the Vertex AI /
+Databricks runners still run a monitor per lease today.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Callable
 from respools.client.api import Client
 from respools.client.errors import ApiError, ServerUnreachable
 from respools.client.monitor import RETRY_PAUSE_S, heartbeat_interval
-from respools.model import MAX_BATCH_IDS, Request, RequestState
+from respools.model import MAX_BATCH_IDS, Lease, Request, RequestState
 
 log = logging.getLogger("respools.client")
 
@@ -70,6 +70,34 @@ class LeaseKeeper:
             watchers = self._watchers_needed()
         self._kick.set()
         self._start_watchers(watchers)
+
+    def add_lease(self, lease: Lease, ttl_s: float) -> None:
+        """Keep ``lease`` (of a pool whose TTL is ``ttl_s``) alive from now on, as just renewed (the answer
+        to its heartbeat): its next heartbeat comes with the others'. A TTL shorter than the keeper's
+        shortens the interval for all: a holder serving pools of several TTLs renews at the pace of the
+        shortest."""
+        with self._lock:
+            self._requests[lease.id] = lease.request_id
+            self._seen[lease.request_id] = lease.state
+            if lease.state == RequestState.PREEMPTING:
+                self._noticed.add(lease.id)
+            sooner = heartbeat_interval(ttl_s) < self.interval_s
+            if sooner:
+                self.interval_s = heartbeat_interval(ttl_s)
+            watchers = self._watchers_needed()
+        if sooner:
+            self._kick.set()  # the beat thread waits on the old interval
+        self._start_watchers(watchers)
+
+    def keeps(self, lease_id: str) -> bool:
+        """Whether ``lease_id`` is kept alive here: added, and neither removed nor ended since."""
+        with self._lock:
+            return lease_id in self._requests
+
+    def noticed(self, lease_id: str) -> bool:
+        """Whether ``lease_id`` is under preemption notice, as far as this keeper heard."""
+        with self._lock:
+            return lease_id in self._noticed
 
     def remove(self, lease_id: str) -> None:
         """Stop keeping ``lease_id`` (call before releasing it, so the release is not reported as an end)."""

@@ -105,6 +105,11 @@ class Metrics:
         )
         self.cycle_failures = Counter("respools_reconcile_failures", "Reconciler cycles that failed", registry=r)
         self.leader = Gauge("respools_reconciler_leader", "1 while this replica leads the reconciler", registry=r)
+        self.long_polls = Gauge(
+            "respools_long_polls",
+            "Long-polls and many-request watches waiting in this process (each holds a connection)",
+            registry=r,
+        )
         self.http_requests = Counter(
             "respools_http_requests", "HTTP requests answered", ["method", "route", "status"], registry=r
         )

@@ -38,9 +38,6 @@ from respools.server.watchers import EventFeed, RequestWatch
 log = logging.getLogger(__name__)
 
 STARTUP_DEADLINE_S = 60.0
-RECHECK_S = 5.0
-"""How often the process reads the state of every request a long-poll waits on, in case a notification
-was lost: a lost grant or notice reaches its long-poll at most this late."""
 RECHECK_CHUNK = 1000
 """Request ids per recheck statement."""
 
@@ -109,17 +106,18 @@ class Services:
         self.started = True
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.request_watch = RequestWatch(loop)
+        watch = self.request_watch = RequestWatch(loop)
+        self.metrics.long_polls.set_function(lambda: watch.long_polls)
         self.event_feed = EventFeed(loop)
         self.bus.subscribe(self.request_watch.on_changes)
         self.bus.subscribe(self.event_feed.on_changes)
 
-    async def recheck_waiters(self, interval: float = RECHECK_S) -> None:
-        """Until cancelled: every ``interval``, wake the long-polls whose request left the state they wait
+    async def recheck_waiters(self) -> None:
+        """Until cancelled: every ``settings.recheck_s``, wake the long-polls whose request left the state they wait
         on without this process hearing of it (:meth:`RequestWatch.recheck`). One read per thousand
         watched requests per interval, where each long-poll used to re-read its own request."""
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.settings.recheck_s)
             watch = self.request_watch
             ids = watch.watched() if watch is not None else []
             if watch is None or not ids:

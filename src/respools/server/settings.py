@@ -35,6 +35,12 @@ class Settings(BaseModel):
     election_interval_s: float = Field(default=1.0, gt=0, description="how often followers try to lead")
     host_ttl_s: float = Field(default=90.0, gt=0, description="default lifetime of an agent's host report")
     max_wait_s: float = Field(default=300.0, gt=0, description="longest long-poll a client may ask for")
+    recheck_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="how often long-polls' requests are read in case a notification was lost (its worst delay)",
+    )
     max_body_bytes: int = Field(
         default=DEFAULT_MAX_BODY_BYTES, ge=1024, le=1 << 30, description="largest request body accepted (413 above)"
     )

@@ -11,12 +11,32 @@ from respools.server.changes import Changes, Granted
 
 
 class Waiter(asyncio.Event):
-    """A long-poll's event, and the state it waits for each of its requests to leave (once it has read
-    them)."""
+    """A long-poll's event, the state it waits for each of its requests to leave (once it has read
+    them), and which of them were said to change since it last looked: a watch of many requests re-reads
+    only those, so that a wake costs what changed rather than what is watched."""
 
     def __init__(self) -> None:
         super().__init__()
         self.targets: dict[str, str] = {}
+        self._changed: set[str] = set()
+        self._everything = False
+
+    def changed(self, request_id: str) -> None:
+        self._changed.add(request_id)
+        self.set()
+
+    def everything_changed(self) -> None:
+        """News may have been lost (a resync): every watched request must be read again."""
+        self._everything = True
+        self.set()
+
+    def take_changed(self) -> set[str] | None:
+        """Clear the event; the requests said to change since the last call, or ``None`` when any of
+        them may have (read them all)."""
+        self.clear()
+        changed, everything = self._changed, self._everything
+        self._changed, self._everything = set(), False
+        return None if everything else changed
 
 
 class RequestWatch:
@@ -32,6 +52,8 @@ class RequestWatch:
         self._loop = loop
         self._waiters: dict[str, set[Waiter]] = {}
         self._granted: dict[str, Granted] = {}
+        self.long_polls = 0
+        """Long-polls and watches registered now (one each, however many requests a watch names)."""
 
     def on_changes(self, changes: Changes) -> None:
         if changes.resync:
@@ -50,13 +72,13 @@ class RequestWatch:
             else:
                 self._granted.pop(request_id, None)
             for event in waiters[request_id]:
-                event.set()
+                event.changed(request_id)
 
     def _fire_all(self) -> None:
         self._granted.clear()
         for events in self._waiters.values():
             for event in events:
-                event.set()
+                event.everything_changed()
 
     def granted(self, request_id: str) -> Granted | None:
         """The grant the latest change of a watched request was, if it was one."""
@@ -74,9 +96,9 @@ class RequestWatch:
             state = states.get(request_id)
             for waiter in waiters:
                 target = waiter.targets.get(request_id)
-                if target is not None and state != target and not waiter.is_set():
-                    waiter.set()
-                    woken += 1
+                if target is not None and state != target:
+                    woken += not waiter.is_set()
+                    waiter.changed(request_id)  # even when already woken: by the news of another request
         return woken
 
     @contextmanager
@@ -92,9 +114,11 @@ class RequestWatch:
         event = Waiter()
         for request_id in request_ids:
             self._waiters.setdefault(request_id, set()).add(event)
+        self.long_polls += 1
         try:
             yield event
         finally:
+            self.long_polls -= 1
             for request_id in request_ids:
                 waiters = self._waiters.get(request_id)
                 if waiters is not None:

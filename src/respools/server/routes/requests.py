@@ -57,7 +57,7 @@ async def _until_changed(
         except TimeoutError:
             break  # unchanged as far as this process heard: answered as last read
         grant = watch.granted(request_id)
-        changed.clear()
+        changed.take_changed()
         granted = grant.applied_to(request) if grant is not None else None
         if granted is not None:
             request = granted
@@ -174,11 +174,14 @@ async def watch_requests(body: RequestsWatch, services: ServicesDep, principal: 
     targets = {request_id: state.value for request_id, state in body.requests.items()}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.timeout
-    with _watch(services).watch_many(ids) as changed:  # registered before the read: no change slips by
+    watch = _watch(services)
+    with watch.watch_many(ids) as changed:  # registered before the read: no change slips by
         changed.targets.update(targets)
+        known: dict[str, Request] = {}
+        stale: list[str] = ids  # the first read: all of them; then only those said to change
         while True:
-            found = await run_in_threadpool(services.db.read, lambda conn: requests.fetch_many(conn, ids))
-            answer = _watched(principal, ids, targets, found)
+            await _refresh(services, watch, known, stale)
+            answer = _watched(principal, stale, targets, known)
             remaining = deadline - loop.time()
             if answer.requests or answer.errors or remaining <= 0:
                 return model_answer(answer)
@@ -187,7 +190,36 @@ async def watch_requests(body: RequestsWatch, services: ServicesDep, principal: 
                     await changed.wait()
             except TimeoutError:
                 return model_answer(answer)
-            changed.clear()
+            said = changed.take_changed()  # before the read: news arriving during it wakes us again
+            stale = ids if said is None else sorted(said)
+
+
+async def _refresh(services: Services, watch: RequestWatch, known: dict[str, Request], stale: list[str]) -> None:
+    """Bring ``known`` up to date for the ``stale`` requests: a grant handed over with its news is applied
+    to the copy read before, anything else is read (one statement for all of them).
+
+    Every request the watch did not hear of is still in the state it was last read in (a lost
+    notification is caught by the process's periodic recheck, which marks the request it found
+    changed), so a wake costs a read of what changed, not of everything watched: a holder of a thousand
+    leases whose one lease is preempted reads one row."""
+    unread = []
+    for request_id in stale:
+        grant = watch.granted(request_id)
+        copy = known.get(request_id)
+        granted = grant.applied_to(copy) if grant is not None and copy is not None else None
+        if granted is not None:
+            known[request_id] = granted
+        else:
+            unread.append(request_id)
+    if not unread:
+        return
+    found = await run_in_threadpool(services.db.read, lambda conn: requests.fetch_many(conn, unread))
+    for request_id in unread:
+        fresh = found.get(request_id)
+        if fresh is None:
+            known.pop(request_id, None)
+        else:
+            known[request_id] = fresh
 
 
 def _watched(

@@ -5,6 +5,11 @@ and every request carries the workload's uid as its idempotency key, so a restar
 new leader) submits nothing twice and grants nothing twice: it reads where each workload stands and
 goes on from there. The capacity of a preempted workload goes back (the lease is released) only once
 no pod of its lease is left: never two workloads on one GPU.
+
+The leases of admitted workloads are kept alive by the process's one :class:`LeaseKeeper` (a batch
+heartbeat and one watch for all of them) rather than a heartbeat per workload per pass; a pass looks at
+the service for a workload only when the keeper does not keep its lease (just admitted, adopted after a
+restart or a change of leader) or heard of its notice or end.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pydantic import ValidationError
 
 from respools import ApiError, Client
 from respools.backends.protocol import BackendError
+from respools.client.keeper import LeaseKeeper
 from respools.model import (
     LIVE_LEASE_STATES,
     TERMINAL_STATES,
@@ -64,9 +70,15 @@ class Admission:
         recorder: Recorder,
         namespace_of: NamespaceLookup,
         settings: ControllerSettings,
+        keeper: LeaseKeeper,
     ) -> None:
         self.kind = kind
         self._client = client
+        self._keeper = keeper
+        self._kept: dict[str, tuple[str, str]] = {}
+        """Lease id → (namespace, name) of the workload whose lease the keeper keeps."""
+        self._ttls: dict[str, float] = {}
+        """Pool → its lease TTL, read once per pool (it sets the keeper's pace)."""
         self._core = core
         self._recorder = recorder
         self._namespace_of = namespace_of
@@ -118,6 +130,16 @@ class Admission:
 
     def open_requests(self) -> set[str]:
         return set(self._gone)
+
+    def workload_of(self, lease_id: str) -> tuple[str, str] | None:
+        """The (namespace, name) of the workload whose lease ``lease_id`` is, when the keeper keeps it."""
+        return self._kept.get(lease_id)
+
+    def forget_kept(self) -> None:
+        """No longer leading: stop keeping the leases (the next leader adopts them)."""
+        for lease_id in list(self._kept):
+            self._keeper.remove(lease_id)
+        self._kept.clear()
 
     # -- submit ------------------------------------------------------------------------------------
 
@@ -206,10 +228,16 @@ class Admission:
     def _follow(self, obj: Obj, request_id: str, request: Request | None = None) -> Obj:
         applied = annotations_of(obj).get(names.LEASE_ID)
         if applied and annotations_of(obj).get(names.STATE) in (State.ADMITTED, State.PREEMPTING):
+            if self._keeper.keeps(applied):
+                if not self._keeper.noticed(applied):
+                    return obj  # renewed and watched by the keeper, which says when that changes
+            else:
+                self._kept.pop(applied, None)  # ended, as the keeper heard: the heartbeat below says how
             lease = self._heartbeat(applied)
             if lease is not None and lease.state == RequestState.PREEMPTING:
                 return self._preempt(obj, lease)
             if lease is not None and lease.state in LIVE_LEASE_STATES:
+                self._keep(obj, lease)
                 return obj
             # The lease ended without us (expired, revoked at its deadline) or is overdue: nothing may run
             # on it any more. Hold the workload so that no new pod starts, stop the ones left, and only
@@ -218,7 +246,7 @@ class Admission:
             if self._stop_lease_pods(metadata_of(obj).get("namespace") or "", applied, deadline=None):
                 return obj
             if lease is not None and lease.state not in TERMINAL_STATES:
-                self._client.release(lease.id)
+                self._release(lease.id)
         request = request or self._client.get_request(request_id)
         if request.state == RequestState.PENDING:
             if applied:
@@ -259,7 +287,9 @@ class Admission:
             names.PREEMPT_REASON: None,
         }
         obj = self.kind.admit(obj, placed, notes, {names.LEASE_ID: lease.id})
-        self._heartbeat(lease.id)
+        started = self._heartbeat(lease.id)  # starts the lease; the keeper renews it from here on
+        if started is not None and started.state in LIVE_LEASE_STATES:
+            self._keep(obj, started, pool.lease_ttl_s)
         self._event(obj, "Admitted", f"respools lease {lease.id} granted in pool {lease.pool} on {hosts}")
         return obj
 
@@ -288,7 +318,7 @@ class Admission:
             self._event(obj, "Preempted", message, warning=True)
         if self._stop_lease_pods(metadata_of(obj).get("namespace") or "", lease.id, deadline):
             return obj  # the capacity stays held until the pods are gone
-        self._client.release(lease.id)
+        self._release(lease.id)
         return self._after_preemption(obj, self._client.get_request(lease.request_id))
 
     def _after_preemption(self, obj: Obj, request: Request) -> Obj:
@@ -368,7 +398,7 @@ class Admission:
         request = self._client.get_request(request_id)
         preempted = annotations_of(obj).get(names.STATE) == State.PREEMPTING
         if preempted and request.lease_id and request.state == RequestState.PREEMPTING:
-            self._client.release(request.lease_id)
+            self._release(request.lease_id)
             request = self._client.get_request(request_id)
         if preempted and request.state not in TERMINAL_STATES and self.kind.requeues(obj):
             # Requeued by the service (perhaps granted again already): bring the workload back.
@@ -380,11 +410,27 @@ class Admission:
         """Release the request's lease, or withdraw it while it waits."""
         request = self._client.get_request(request_id)
         if request.lease_id and request.state in LIVE_LEASE_STATES:
-            self._client.release(request.lease_id)
+            self._release(request.lease_id)
         elif request.state not in TERMINAL_STATES:
             self._client.cancel_request(request_id)
 
     # -- helpers -----------------------------------------------------------------------------------
+
+    def _keep(self, obj: Obj, lease: Lease, ttl_s: float | None = None) -> None:
+        """Have the keeper renew and watch ``lease`` (just renewed) from now on."""
+        if self._keeper.keeps(lease.id):
+            return
+        if ttl_s is None:
+            ttl_s = self._ttls.get(lease.pool) or self._client.get_pool(lease.pool).lease_ttl_s
+        self._ttls[lease.pool] = ttl_s
+        self._kept[lease.id] = (metadata_of(obj).get("namespace") or "", metadata_of(obj).get("name") or "")
+        self._keeper.add_lease(lease, ttl_s)
+
+    def _release(self, lease_id: str) -> None:
+        """Release ``lease_id``, the keeper first told to let it go (a release is not news to hear of)."""
+        self._keeper.remove(lease_id)
+        self._kept.pop(lease_id, None)
+        self._client.release(lease_id)
 
     def _heartbeat(self, lease_id: str) -> Lease | None:
         try:

@@ -20,7 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from respools import Client, RespoolsError
-from respools.model import RequestState
+from respools.client.keeper import LeaseKeeper
+from respools.model import Request, RequestState
 from respools_kubernetes.controller import names
 from respools_kubernetes.controller.admission import Admission
 from respools_kubernetes.controller.informer import Informer, Key, Obj, key_of
@@ -35,6 +36,10 @@ log = logging.getLogger(__name__)
 _WAKE = ("", ("", ""))
 _SWEEP_EVERY = 20
 """Full passes between sweeps for orphaned requests (the first pass sweeps too)."""
+_LEASE_NEWS = "lease"
+"""Queue items of this kind name a lease (as the key's name) the keeper heard a notice or end of."""
+_KEEPER_STOP_S = 0.5
+"""How long stopping waits for the keeper's threads; a watch still in its long-poll ends on its own."""
 
 
 class Controller:
@@ -50,11 +55,18 @@ class Controller:
         self._core = core
         self._namespaces: dict[str, tuple[float, Obj | None]] = {}
         recorder = Recorder(core)
+        self.keeper = LeaseKeeper(
+            client, ttl_s=self.settings.lease_ttl_s, on_notice=self._lease_news, on_end=self._lease_news
+        )
+        """Renews and watches the leases of every admitted workload: one batch heartbeat and one watch
+        for all of them, where a pass used to heartbeat each."""
         self.admissions: dict[str, Admission] = {}
         self.workloads: dict[str, Informer] = {}
         for kind_type in KINDS:
             kind = kind_type(api_client)
-            self.admissions[kind.kind] = Admission(kind, client, core, recorder, self.namespace, self.settings)
+            self.admissions[kind.kind] = Admission(
+                kind, client, core, recorder, self.namespace, self.settings, self.keeper
+            )
             self.workloads[kind.kind] = Informer(
                 kind.kind, kind.list_call(), self._workload_handler(kind.kind), timeout
             )
@@ -75,6 +87,7 @@ class Controller:
     def start(self) -> Controller:
         for informer in (self.nodes, *self.workloads.values()):
             self._spawn(f"informer-{informer.name}", informer.run, self._stopping)
+        self.keeper.start()
         self._spawn("controller", self._loop)
         return self
 
@@ -87,6 +100,7 @@ class Controller:
             # Informers may sit in a quiet watch until its read timeout; they only fill caches, so the
             # acting thread is the one waited for.
             thread.join(timeout=10 if thread.name == "controller" else 0.1)
+        self.keeper.stop(timeout=_KEEPER_STOP_S)
         self.elector.resign()
 
     def run_forever(self) -> None:
@@ -113,6 +127,10 @@ class Controller:
                 self._queue.put((kind, key_of(obj)))
 
         return handle
+
+    def _lease_news(self, lease_id: str, request: Request | None) -> None:
+        """The keeper heard of a notice or an end (on its thread): the workload is looked at now."""
+        self._queue.put((_LEASE_NEWS, ("", lease_id)))
 
     def _node_changed(self, event: str, obj: Obj) -> None:
         self._queue.put(("nodes", key_of(obj)))
@@ -157,7 +175,11 @@ class Controller:
             self._guard(f"{item[0]} {item[1]}", self._act, *item)
 
     def _full_pass(self) -> None:
-        if not self.elector.try_lead() or not self._synced():
+        if not self.elector.try_lead():
+            for admission in self.admissions.values():
+                admission.forget_kept()
+            return
+        if not self._synced():
             return
         self.inventory.sync()
         if self.passes % _SWEEP_EVERY == 0:
@@ -192,6 +214,12 @@ class Controller:
     def _act(self, what: str, key: Key) -> None:
         if what == "nodes":
             self.inventory.sync()
+        elif what == _LEASE_NEWS:
+            for kind, admission in self.admissions.items():
+                workload = admission.workload_of(key[1])
+                obj = self.workloads[kind].get(workload) if workload is not None else None
+                if obj is not None:
+                    self._reconcile(kind, obj)
         elif what.startswith("deleted:"):
             kind = what.removeprefix("deleted:")
             obj = self._deleted_objects.pop((kind, key), None)

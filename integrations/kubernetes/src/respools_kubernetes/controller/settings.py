@@ -20,8 +20,11 @@ class ControllerSettings:
     lease_duration_s: float = 15.0
     """A leader not heard from for this long is replaced (Kubernetes' own controllers use 15 s)."""
     resync_s: float = 5.0
-    """Every workload is looked at again this often: heartbeats, waiting reasons, preemption deadlines.
-    Keep it well under the pools' lease TTL (60 s by default)."""
+    """Every workload is looked at again this often: waiting reasons, preemption deadlines, workloads
+    whose lease the keeper does not keep yet. Heartbeats no longer depend on it (the keeper renews)."""
+    lease_ttl_s: float = 60.0
+    """The lease TTL the keeper renews at first (every third of it); a pool with a shorter TTL, seen when
+    one of its leases is kept, quickens the pace for all."""
     watch_timeout_s: int = 300
     """A watch is reopened (from its resourceVersion) after this long, as client-go does."""
     host_ttl_s: float = 120.0
