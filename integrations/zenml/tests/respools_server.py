@@ -37,7 +37,7 @@ class RespoolsServer:
             inherit_env=False,  # keep the tests' ZENML_* settings out of the server
         ).start(wait=False)
         self.url = self.process.url
-        self.admin = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
+        self.admin = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         self.process.wait_ready(timeout)

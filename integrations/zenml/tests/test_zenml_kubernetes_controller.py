@@ -59,7 +59,7 @@ def cluster() -> Iterator[kmock.KubernetesEmulator]:
     loop.close()
 
 
-def eventually(check: Callable[[], Any], timeout: float = 20.0) -> Any:
+def eventually(check: Callable[[], Any], timeout: float = 60.0) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
