@@ -54,7 +54,7 @@ $(ZENML_COMPAT_VENV)/.installed: $(STAMP)
 
 zenml-compat: $(ZENML_COMPAT_VENV)/.installed
 	$(ZENML_COMPAT_VENV)/bin/python -c 'import zenml; assert zenml.__version__ == "$(ZENML_COMPAT)", zenml.__version__'
-	$(ZENML_COMPAT_VENV)/bin/pytest -p no:cacheprovider $(PYTEST_ARGS) $(ZENML_COMPAT_TESTS)
+	$(ZENML_COMPAT_VENV)/bin/pytest -p no:cacheprovider $(ZENML_COMPAT_ARGS) $(ZENML_COMPAT_TESTS)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
