@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,6 +25,7 @@ from respools_server import RespoolsServer
 from respools_zenml.kubernetes.orchestrator import (
     FAIL_JOB_ON_ERROR,
     ORCHESTRATOR_POD_ENV,
+    RUN_ENV,
     PooledKubernetesOrchestrator,
     PooledKubernetesOrchestratorConfig,
     PooledKubernetesOrchestratorSettings,
@@ -233,12 +234,15 @@ def test_pooled_job_fails_instead_of_retrying_with_a_stale_lease() -> None:
 
 
 @pytest.fixture
-def orchestrator_pod(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This process plays ZenML's orchestrator pod: the marker its submission sets, and a run id."""
+def orchestrator_pod(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This process plays ZenML's orchestrator pod: the marker and the placeholder run's id that the
+    flavor's ``submit_pipeline`` puts in its environment (a run this test's store does not know: the cache
+    check finds nothing and the step queues)."""
+    run_id = str(uuid.uuid4())
     monkeypatch.setenv(ORCHESTRATOR_POD_ENV, "train_pipeline")
-    monkeypatch.setenv("ZENML_KUBERNETES_RUN_ID", f"orchestrator-{uuid.uuid4().hex[:8]}")
+    monkeypatch.setenv(RUN_ENV, run_id)
     monkeypatch.delenv(LEASE_ENV, raising=False)
-    yield
+    yield run_id
 
 
 def orchestrator(url: str, token: str, **config: Any) -> PooledKubernetesOrchestrator:
@@ -273,7 +277,7 @@ def compiled(step_instance: BaseStep) -> Step:
 
 @pytest.mark.slow
 def test_orchestrator_pod_creates_the_step_pod_only_once_granted(
-    respools_server: RespoolsServer, orchestrator_pod: None
+    respools_server: RespoolsServer, orchestrator_pod: str
 ) -> None:
     capacity_pool = f"k8s-{uuid.uuid4().hex[:8]}"
     respools_server.ok(
@@ -294,16 +298,23 @@ def test_orchestrator_pod_creates_the_step_pod_only_once_granted(
     client = respools.Client(respools_server.url, token)
     busy = respools.lease(gpu=2, pool=capacity_pool, client=client, progress=False)
     busy.__enter__()  # two of the three GPUs are taken: the step's two must wait
-    answer: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: answer.update(settings=pooled.get_settings(step)), daemon=True)
+    answers: list[Any] = []
+
+    def ask() -> None:  # ZenML's step start-up thread; a second one asks at the same time
+        answers.append(pooled.get_settings(step))
+
+    threads = [threading.Thread(target=ask, daemon=True) for _ in range(2)]
     try:
-        thread.start()
-        time.sleep(3.0)
-        assert thread.is_alive() and not answer  # no settings, so no pod, while the request waits
+        for thread in threads:
+            thread.start()
+        queued = wait_for(lambda: [r for r in client.list_requests(subject=subject) if r.labels.get("step") == "train"])
+        assert [r.state.value for r in queued] == ["pending"] and queued[0].labels["zenml_run_id"] == orchestrator_pod
+        assert all(thread.is_alive() for thread in threads) and not answers  # no settings, so no pod, yet
     finally:
         busy.__exit__(None, None, None)
-    thread.join(60)
-    settings = answer["settings"]
+    for thread in threads:
+        thread.join(60)
+    settings = answers[0]
     assert isinstance(settings, PooledKubernetesOrchestratorSettings)
     assert settings.pod_failure_policy == FAIL_JOB_ON_ERROR
 
@@ -318,12 +329,21 @@ def test_orchestrator_pod_creates_the_step_pod_only_once_granted(
     assert granted.state.value == "granted" and granted.pool == capacity_pool
     assert job["spec"]["template"]["metadata"]["labels"]["respools.io/lease-id"] == granted.id
 
-    # ZenML asks again while it monitors the Job: same settings, no second request.
-    assert pooled.get_settings(step) is settings
+    # Asked again, at once or later (ZenML asks while it monitors the Job): same settings, one request.
+    assert answers[1] is settings and pooled.get_settings(step) is settings
     requests = client.list_requests(subject=subject)
     assert len([r for r in requests if r.labels.get("step") == "train"]) == 1
     client.release(granted.id)
     client.close()
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"not reached within {timeout} s")
 
 
 def test_outside_the_orchestrator_pod_settings_are_plain(respools_server: RespoolsServer) -> None:

@@ -1,13 +1,23 @@
 """The pooled Kubernetes orchestrator: ZenML's Kubernetes orchestrator, with each pooled step's pod created
 only once its respools lease is granted, and the lease realized in the pod.
 
-ZenML's orchestrator pod asks the orchestrator for a step's settings right before it builds the step's
-Job (``get_settings`` in its node start-up thread). In the orchestrator pod this orchestrator answers only
-once the step's request is granted, with the lease merged into the step's ``pod_settings`` by the
-Kubernetes backend (``nvidia.com/gpu``, MIG or fractional resources, node pinning, tolerations, the lease
-label the backend's ``stop`` uses at a preemption deadline), CPU and memory requests from the lease, and
-the lease's arguments in the pod's environment. The step's pod then holds the lease exactly as a step
-process of the pooled local orchestrator does (:mod:`respools_zenml.step_hooks`).
+What it uses of ZenML is public: the settings contract (a stack component's settings reach the code that
+uses them through ``get_settings``, and ``KubernetesOrchestratorSettings.pod_settings`` shape a step's
+pod), ``submit_pipeline``'s ``base_environment`` (the environment of the one container that starts all
+steps) and placeholder run, and the step-run hooks. In the orchestrator pod, and only there, a step's
+settings are the step's lease realized in its ``pod_settings`` by the Kubernetes backend (``nvidia.com/gpu``,
+MIG or fractional resources, node pinning, tolerations, the lease label the backend's ``stop`` uses at a
+preemption deadline), CPU and memory requests from the lease, and the lease's arguments in the pod's
+environment; the first answer for a step waits for its grant. The step's pod then holds the lease exactly
+as a step process of the pooled local orchestrator does (:mod:`respools_zenml.step_hooks`).
+
+The answer does not depend on when or how often ZenML asks: it is a function of (run, step), computed
+once (concurrent and later asks get the same settings and no second request), the run is the placeholder
+run ``submit_pipeline`` was given (so a restarted orchestrator pod finds its requests again), and the
+cache pre-check is correct before or after ZenML's own. What remains assumed is that ZenML reads a step's
+settings to build the step's pod, off the thread that watches the others: true of ZenML 0.97 and 0.98,
+and checked against each tested ZenML by ``tests/test_zenml_kubernetes_contract.py``. ``admission:
+controller`` waits nowhere in ZenML's code at all.
 
 Retries: a Job's retry pod would reuse the pod spec, and with it the devices of a lease that a preemption
 gave to someone else, while the other step's pod waits for those very devices. So a pooled step's Job fails
@@ -21,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -59,6 +68,11 @@ ORCHESTRATOR_POD_ENV = "RESPOOLS_ZENML_ORCHESTRATOR_POD"
 """Set in the orchestrator pod's environment only (to the pipeline's name): there, and only there, step
 settings wait for leases."""
 
+RUN_ENV = "RESPOOLS_ZENML_RUN_ID"
+"""The placeholder run's id, in the orchestrator pod's environment beside :data:`ORCHESTRATOR_POD_ENV`:
+the run a step's request serves (its idempotency key and labels) and whose cache a step is checked in.
+Absent for a scheduled run, which gets its run only in the orchestrator pod."""
+
 FAIL_JOB_ON_ERROR: dict[str, Any] = {
     "rules": [
         {"action": "FailJob", "onExitCodes": {"containerName": STEP_CONTAINER, "operator": "NotIn", "values": [0]}},
@@ -90,7 +104,9 @@ class PooledKubernetesOrchestrator(KubernetesOrchestrator):
         super().__init__(*args, **kwargs)
         self._leased: dict[str, PooledKubernetesOrchestratorSettings] = {}
         self._leased_lock = threading.Lock()
+        self._step_locks: dict[str, threading.Lock] = {}
         self._client: Client | None = None
+        self._subject_name: str | None = None
 
     @property
     def config(self) -> PooledKubernetesOrchestratorConfig:
@@ -120,6 +136,8 @@ class PooledKubernetesOrchestrator(KubernetesOrchestrator):
     ) -> SubmissionResult | None:
         """ZenML's submission, marking the orchestrator pod's environment (step pods do not inherit it)."""
         environment = {**base_environment, ORCHESTRATOR_POD_ENV: snapshot.pipeline_configuration.name}
+        if placeholder_run is not None:
+            environment[RUN_ENV] = str(placeholder_run.id)
         return super().submit_pipeline(snapshot, stack, environment, step_environments, placeholder_run)
 
     def get_settings(self, container: Any) -> BaseSettings:
@@ -146,26 +164,39 @@ class PooledKubernetesOrchestrator(KubernetesOrchestrator):
 
     def _subject(self) -> str | None:
         """The subject of the orchestrator's token: the controller submits for it (its own token is admin)."""
-        subject = self._respools().whoami().get("subject")
-        return str(subject) if subject else None
+        if self._subject_name is None:
+            subject = self._respools().whoami().get("subject")
+            self._subject_name = str(subject) if subject else ""
+        return self._subject_name or None
 
     def leased_settings(
         self, step: Step, settings: PooledKubernetesOrchestratorSettings
     ) -> PooledKubernetesOrchestratorSettings:
-        """The step's settings with its lease realized: waits for the grant the first time it is asked for
-        a step, then answers the same settings (ZenML asks again while it monitors the step's Job)."""
+        """The step's settings with its lease realized. The first ask for a step waits for the grant; every
+        other ask, at the same time or later, gets the same answer and submits nothing."""
         name = step.spec.invocation_id
         with self._leased_lock:
-            cached = self._leased.get(name)
-        if cached is not None:
-            return cached
+            step_lock = self._step_locks.setdefault(name, threading.Lock())
+        with step_lock:
+            answer = self._leased.get(name)
+            if answer is None:
+                answer = self._lease_into(step, settings)
+                self._leased[name] = answer
+        return answer
+
+    def _lease_into(
+        self, step: Step, settings: PooledKubernetesOrchestratorSettings
+    ) -> PooledKubernetesOrchestratorSettings:
+        name = step.spec.invocation_id
         demand = step_demand(step.config, settings)
-        if demand is None or _served_from_cache(name):
+        run_id = os.environ.get(RUN_ENV)
+        if demand is None or (run_id is not None and _served_from_cache(run_id, name)):
             return settings
         identity = StepIdentity(
-            orchestrator_run_id=self.get_orchestrator_run_id(),
+            orchestrator_run_id=run_id or self.get_orchestrator_run_id(),
             step_name=name,
             pipeline_name=os.environ.get(ORCHESTRATOR_POD_ENV) or "unknown",
+            run_id=run_id,
         )
         client = self._respools()
         args, request = claim(client, LeaseArgs.for_step(demand, identity, max_retries=0), identity)
@@ -174,15 +205,12 @@ class PooledKubernetesOrchestrator(KubernetesOrchestrator):
         lease = client.get_lease(request.lease_id)
         pool = client.get_pool(lease.pool)
         pod_settings = realize_pod_settings(lease, pool, settings.pod_settings, env=args.to_env())
-        leased = settings.model_copy(
+        return settings.model_copy(
             update={
                 "pod_settings": pod_settings,
                 "pod_failure_policy": settings.pod_failure_policy or FAIL_JOB_ON_ERROR,
             }
         )
-        with self._leased_lock:
-            self._leased[name] = leased
-        return leased
 
     def _respools(self) -> Client:
         if self._client is None:
@@ -201,13 +229,13 @@ class PooledKubernetesOrchestrator(KubernetesOrchestrator):
         release_for_step(step_failed)
 
 
-def _served_from_cache(step_name: str) -> bool:
-    """ZenML's orchestrator pod checks the cache right after asking for the settings; ask first, so a cached
-    step does not queue for a lease no pod would use. A fresh run's orchestrator run id is the pod's name."""
+def _served_from_cache(run_id: str, step_name: str) -> bool:
+    """Whether ZenML will serve the step from its cache in this run, asked before the step queues for a
+    lease no pod would use. Order-free: if ZenML checks its cache first, a cached step's settings are
+    never used, and asking again changes nothing."""
     try:
-        runs = ZenClient().list_pipeline_runs(orchestrator_run_id=socket.gethostname(), size=1).items
-        run = ZenClient().get_pipeline_run(runs[0].id) if runs else None
+        run = ZenClient().get_pipeline_run(run_id)
     except Exception as exc:  # an optimization only (see respools_zenml.caching)
-        log.debug("respools: cannot find the run to check the cache for step %s: %s", step_name, exc)
+        log.debug("respools: cannot find run %s to check the cache for step %s: %s", run_id, step_name, exc)
         return False
-    return run is not None and run.snapshot is not None and would_be_cached(run.snapshot, run, step_name)
+    return run.snapshot is not None and would_be_cached(run.snapshot, run, step_name)

@@ -95,6 +95,7 @@ class PooledVertexStepOperator(PooledStepOperatorBase, VertexStepOperator):
     """Runs steps as Vertex AI custom jobs on the machines of their respools leases."""
 
     _stamp: _Stamp | None = None
+    _stamped_client: LeaseStampedJobServiceClient | None = None
 
     @property
     def config(self) -> PooledVertexStepOperatorConfig:
@@ -117,6 +118,8 @@ class PooledVertexStepOperator(PooledStepOperatorBase, VertexStepOperator):
         return StackValidator() if self.config.emulated else super().validator
 
     def _get_authentication(self) -> tuple[Credentials, str]:
+        """The one private ZenML method overridden (ZenML's GCP mixin has no public way to give anonymous
+        credentials): only against a local emulator endpoint; against Vertex itself ZenML's own runs."""
         if self.config.emulated:
             if not self.config.project:
                 raise ValueError("a pooled Vertex step operator on an emulator endpoint needs `project` set")
@@ -124,9 +127,10 @@ class PooledVertexStepOperator(PooledStepOperatorBase, VertexStepOperator):
         return super()._get_authentication()
 
     def get_job_service_client(self) -> aiplatform_v1.JobServiceClient:
+        """ZenML's verbs get their job client here: ours, kept in our own attribute (not ZenML's private one)."""
         if self.connector_has_expired():
-            self._job_service_client = None
-        if self._job_service_client is None:
+            self._stamped_client = None
+        if self._stamped_client is None:
             credentials, _ = self._get_authentication()
             endpoint = self.config.api_endpoint or self.config.region + VERTEX_ENDPOINT_SUFFIX
             client = LeaseStampedJobServiceClient(
@@ -135,8 +139,8 @@ class PooledVertexStepOperator(PooledStepOperatorBase, VertexStepOperator):
                 transport="rest" if self.config.emulated else None,
             )
             client.stamp = self.stamp
-            self._job_service_client = client
-        return self._job_service_client
+            self._stamped_client = client
+        return self._stamped_client
 
     def get_settings(self, container: Any) -> BaseSettings:
         """The step's settings; while a lease's job is being submitted, its machine is the lease's."""
