@@ -24,7 +24,7 @@ from zenml_test_env import QUIET_ZENML_ENV
 import respools
 from respools.model import RequestSpec
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 SCRIPT = Path(__file__).with_name("zenml_pipelines.py")
 
@@ -162,7 +162,7 @@ def test_lower_priority_pipeline_is_preempted_checkpoints_and_resumes_after_retr
     train = start_pipeline("train", world, "train", "--iterations", str(iterations), "--marker", str(marker))
     urgent = start_pipeline("urgent", world, "urgent", "--go", str(go))
 
-    first = wait_until(lambda: progress_past(marker, 2), 120, "train's first attempt to make progress")
+    first = wait_until(lambda: progress_past(marker, 2), 180, "train's first attempt to make progress")
     assert first["attempt"] == 0
     go.touch()  # the urgent pipeline (request priority 10 > 0, same subject) now asks for the only GPU
 
@@ -348,7 +348,7 @@ def test_dynamic_pipeline_runs_two_concurrent_pooled_steps_and_retries_the_preem
             return None
         return {name: progress["lease"] for name, progress in found.items() if progress}
 
-    leases = wait_until(both_running, 150, "both concurrent steps to hold their leases")
+    leases = wait_until(both_running, 180, "both concurrent steps to hold their leases")
     assert leases["a"] != leases["b"]
     respools_server.ok("POST", f"/v1/leases/{leases['a']}/preempt", json={"grace_s": 10})
     result = pipeline.result(timeout=150)
