@@ -11,6 +11,7 @@ are the Databricks runner's.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from databricks.sdk import WorkspaceClient
@@ -48,16 +49,20 @@ class PipelineRunRunner(DatabricksJobRunner):
         return found
 
     def find(self, launch: JobLaunch) -> JobStatus | None:
+        """The attempt's job run: among the active ones first (one page where a workspace keeps years of
+        finished runs), then among all."""
         tags = run_tags(launch)
-        runs = self._call(
-            "list",
-            lambda: list(self._workspace.jobs.list_runs(run_type=jobs.RunType.JOB_RUN, expand_tasks=True)),
-        )
-        for run in runs:
-            clusters = [cluster.new_cluster for cluster in run.job_clusters or [] if cluster.new_cluster is not None]
-            if run.run_id is not None and any(_carries(cluster, tags) for cluster in clusters):
-                return self.status(str(run.run_id))
+        for active_only in (True, False):
+            for run in self._call("list", partial(self._job_runs, active_only)):
+                clusters = [c.new_cluster for c in run.job_clusters or [] if c.new_cluster is not None]
+                if run.run_id is not None and any(_carries(cluster, tags) for cluster in clusters):
+                    return self.status(str(run.run_id))
         return None
+
+    def _job_runs(self, active_only: bool) -> list[jobs.BaseRun]:
+        return list(
+            self._workspace.jobs.list_runs(active_only=active_only, run_type=jobs.RunType.JOB_RUN, expand_tasks=True)
+        )
 
 
 def _carries(cluster: compute.ClusterSpec, tags: dict[str, str]) -> bool:
