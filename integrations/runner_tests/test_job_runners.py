@@ -7,6 +7,7 @@ cluster, labels, environment) is stack-specific and tested beside each runner
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -64,6 +65,11 @@ class Stack:
     """A job's attempt as its label (or tag) says and as its environment says."""
     permanent: tuple[int, str]
     """A status the provider refuses with for good, and what the raised error says."""
+    succeeded: str
+    cli_env: dict[str, str]
+    """What ``respools run`` needs besides respools' own settings (the provider's credentials)."""
+    cli_shows: tuple[str, ...] = ()
+    """Lines only this stack's ``respools run`` is sure to print."""
 
 
 def _databricks_backend() -> DatabricksBackend:
@@ -104,6 +110,10 @@ VERTEX = Stack(
     cancelled="JOB_STATE_CANCELLED",
     attempt_of=lambda job: (job.job.labels["respools-attempt"], _vertex_env(job)["RESPOOLS_ATTEMPT"]),
     permanent=(403, r"Vertex AI list custom job: 403 .*fake Vertex AI answers 403"),
+    succeeded="JOB_STATE_SUCCEEDED",
+    cli_env={},
+    # The job is cancelled at the deadline by the runner or by the service's own stop (VertexBackend.stop),
+    # whichever comes first, so the runner's "cancelling job" line may not come.
 )
 DATABRICKS = Stack(
     name="databricks",
@@ -130,6 +140,9 @@ DATABRICKS = Stack(
         (_cluster(run).spark_env_vars or {})["RESPOOLS_ATTEMPT"],
     ),
     permanent=(401, r"Databricks runs/list: UNAUTHENTICATED: fake workspace answers 401"),
+    succeeded="TERMINATED/SUCCESS",
+    cli_env={"DATABRICKS_TOKEN": "dapi-test-token"},
+    cli_shows=("cancelling job",),  # the service has no workspace token here: only the runner cancels
 )
 STACKS = [pytest.param(VERTEX, id="vertex"), pytest.param(DATABRICKS, id="databricks")]
 
@@ -269,3 +282,41 @@ def test_a_restarted_runner_finds_its_job_by_label_and_carries_on(stack: Stack, 
         assert outcome.status.job_id == submitted.job_id and outcome.status.phase == JobPhase.SUCCEEDED
         assert len(stack.jobs(fake)) == 1 and any(f"found job {submitted.job_id}" in line for line in said)
         assert client.get_lease(lease.id).state == RequestState.RELEASED
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stack", STACKS)
+def test_respools_run_is_preempted_requeued_and_finishes(stack: Stack, stack_pool: StackPool, admin: Client) -> None:
+    with stack.fake() as fake:
+        pool, client = stack_pool(stack.name, stack.settings(stack.address(fake)))
+        fake.plan(stack.runs_on)
+        env = os.environ | stack.cli_env | {"RESPOOLS_URL": client.url, "RESPOOLS_TOKEN": client.config.token or ""}
+        argv = [sys.executable, "-W", "ignore", "-c", "from respools.cli import app; app()", "run", "--pool", pool]
+        argv += ["--gpu", str(stack.gpu), "--preemptible", "--max-retries", "1", "--retry-backoff", "0.1"]
+        argv += ["--poll", "0.1", "--no-progress", *(["--image", stack.image] if stack.image else [])]
+        argv += ["--", *stack.command]
+        run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not any(job.history and job.history[-1][1] == stack.running for job in stack.jobs(fake)):
+            assert time.monotonic() < deadline and run.poll() is None, run.stderr.read() if run.stderr else ""
+            time.sleep(0.1)
+        (lease,) = client.list_leases()
+        admin.preempt_lease(lease.id, grace_s=1.0)
+        _, err = run.communicate(timeout=90)
+
+        assert run.returncode == 0, err
+        first, second = stack.jobs(fake)
+        assert (first.history[-1][1], second.history[-1][1]) == (stack.cancelled, stack.succeeded)
+        assert stack.attempt_of(second) == ("1", "1")
+        for shown in (
+            "submitted job",
+            "running",
+            "preemption notice",
+            f"cancelled ({stack.cancelled})",
+            "requeued: attempt 1",
+            "attempt 1: submitted job",
+            "succeeded",
+            *stack.cli_shows,
+        ):
+            assert shown in err, (shown, err)
+        assert err.index(f"cancelled ({stack.cancelled})") < err.index("attempt 1: submitted job")

@@ -5,15 +5,12 @@ real respools service."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 
 import pytest
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.config import Config
-from fake_databricks import RUNS_ON, FakeDatabricks
+from fake_databricks import FakeDatabricks
 from respools_databricks import DatabricksBackend
 from respools_databricks.settings import DatabricksSettings
 
@@ -103,68 +100,6 @@ def test_live_databricks_run_from_a_lease(databricks_pool: DatabricksPool) -> No
         progress=False,
     )
     assert run.run().status.phase == JobPhase.SUCCEEDED
-
-
-@pytest.mark.slow
-def test_respools_run_on_a_databricks_pool_is_preempted_requeued_and_finishes(
-    databricks_pool: DatabricksPool, admin: Client
-) -> None:
-    with FakeDatabricks() as fake:
-        pool, client = databricks_pool(fake.host)
-        fake.plan(RUNS_ON)
-        env = os.environ | {
-            "RESPOOLS_URL": client.url,
-            "RESPOOLS_TOKEN": client.config.token or "",
-            "DATABRICKS_TOKEN": "dapi-test-token",
-        }
-        argv = [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-c",
-            "from respools.cli import app; app()",
-            "run",
-            "--pool",
-            pool,
-            "--gpu",
-            "4",
-            "--preemptible",
-            "--max-retries",
-            "1",
-            "--retry-backoff",
-            "0.1",
-            "--poll",
-            "0.1",
-            "--no-progress",
-            "--",
-            *COMMAND,
-        ]
-        run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while not any(r.state[0] == "RUNNING" for r in fake.runs.values()):
-            assert time.monotonic() < deadline and run.poll() is None, run.stderr.read() if run.stderr else ""
-            time.sleep(0.1)
-        (lease,) = client.list_leases()
-        admin.preempt_lease(lease.id, grace_s=1.0)
-        _, err = run.communicate(timeout=90)
-
-        assert run.returncode == 0, err
-        first, second = fake.runs.values()
-        assert first.state == ("TERMINATED", "CANCELED") and second.state == ("TERMINATED", "SUCCESS")
-        cluster = second.tasks[0].new_cluster
-        assert cluster is not None and (cluster.custom_tags or {})["respools_attempt"] == "1"
-        for shown in (
-            "submitted job",
-            "running",
-            "preemption notice",
-            "cancelling job",
-            "cancelled (TERMINATED/CANCELED)",
-            "requeued: attempt 1",
-            "attempt 1: submitted job",
-            "succeeded",
-        ):
-            assert shown in err, (shown, err)
-        assert err.index("cancelled (TERMINATED/CANCELED)") < err.index("attempt 1: submitted job")
 
 
 def test_capacity_warning_when_the_workspace_has_no_gpu_node_type(make_pool: Callable[..., object]) -> None:

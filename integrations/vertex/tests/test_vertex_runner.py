@@ -5,8 +5,6 @@ real respools service."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -110,67 +108,6 @@ def test_live_vertex_job_runs_from_a_lease(vertex_pool: VertexPool, admin: Clien
         progress=False,
     )
     assert run.run().status.phase == JobPhase.SUCCEEDED
-
-
-@pytest.mark.slow
-def test_respools_run_on_a_vertex_pool_is_preempted_requeued_and_finishes(
-    vertex_pool: VertexPool, admin: Client
-) -> None:
-    with FakeVertex() as fake:
-        pool, client = vertex_pool(fake.endpoint)
-        fake.plan(RUNS_ON)
-        env = os.environ | {"RESPOOLS_URL": client.url, "RESPOOLS_TOKEN": client.config.token or ""}
-        argv = [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-c",
-            "from respools.cli import app; app()",
-            "run",
-            "--pool",
-            pool,
-            "--gpu",
-            "2",
-            "--preemptible",
-            "--max-retries",
-            "1",
-            "--retry-backoff",
-            "0.1",
-            "--poll",
-            "0.1",
-            "--no-progress",
-            "--image",
-            "us-docker.pkg.dev/ml-prod/train/trainer:1",
-            "--",
-            "python",
-            "train.py",
-        ]
-        run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while not any(f.job.state.name == "JOB_STATE_RUNNING" for f in fake.jobs.values()):
-            assert time.monotonic() < deadline and run.poll() is None, run.stderr.read() if run.stderr else ""
-            time.sleep(0.1)
-        (lease,) = client.list_leases()
-        admin.preempt_lease(lease.id, grace_s=1.0)
-        _, err = run.communicate(timeout=90)
-
-        assert run.returncode == 0, err
-        first, second = fake.jobs.values()
-        assert first.job.state.name == "JOB_STATE_CANCELLED" and second.job.state.name == "JOB_STATE_SUCCEEDED"
-        assert second.job.labels["respools-attempt"] == "1"
-        # The job is cancelled at the deadline by the runner or by the service's own stop (VertexBackend.stop),
-        # whichever comes first; the next attempt is submitted only once it is CANCELLED.
-        for shown in (
-            "submitted job",
-            "running",
-            "preemption notice",
-            "cancelled (JOB_STATE_CANCELLED)",
-            "requeued: attempt 1",
-            "attempt 1: submitted job",
-            "succeeded",
-        ):
-            assert shown in err, (shown, err)
-        assert err.index("cancelled (JOB_STATE_CANCELLED)") < err.index("attempt 1: submitted job")
 
 
 def test_a_job_whose_watch_fails_for_good_is_cancelled_before_the_lease_goes(vertex_pool: VertexPool) -> None:
