@@ -49,7 +49,7 @@ $(ZENML_COMPAT_VENV)/.installed: $(STAMP)
 	grep -v '^zenml==' constraints.txt > $(ZENML_COMPAT_VENV)/constraints.txt
 	echo 'zenml==$(ZENML_COMPAT)' >> $(ZENML_COMPAT_VENV)/constraints.txt
 	$(BIN)/uv pip install -q --python $(ZENML_COMPAT_VENV)/bin/python -c $(ZENML_COMPAT_VENV)/constraints.txt \
-		-e '.[server]' -e integrations/kubernetes -e integrations/vertex -e 'integrations/zenml[test]'
+		-e '.[server]' -e integrations/kubernetes -e integrations/vertex -e integrations/databricks -e 'integrations/zenml[test]'
 	touch $@
 
 zenml-compat: $(ZENML_COMPAT_VENV)/.installed

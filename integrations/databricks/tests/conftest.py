@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kmock
 import pytest
@@ -23,7 +22,9 @@ from respools_databricks.settings import DatabricksSettings
 
 from respools.client import Client
 from respools.model import Lease, PoolSpec
-from respools.server.process import ServerProcess
+
+if TYPE_CHECKING:
+    from integrations.conftest import StackPool
 
 
 @pytest.fixture
@@ -99,61 +100,13 @@ def make_pool() -> Callable[..., PoolSpec]:
     return make
 
 
-ADMIN_TOKEN = "rp_databricks_test_admin"
-
-
-@pytest.fixture(scope="session")
-def respools_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A real respools service (SQLite) that the runner tests hold leases from."""
-    directory = tmp_path_factory.mktemp("respools-databricks")
-    server = ServerProcess(
-        database_url=f"sqlite:///{directory / 'respools.db'}",
-        admin_token=ADMIN_TOKEN,
-        log=directory / "server.log",
-        env={"RESPOOLS_TICK_S": "0.1", "RESPOOLS_MAX_WAIT_S": "30", "RESPOOLS_RUN_DIR": str(directory / "run")},
-    ).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def admin(respools_server: ServerProcess) -> Iterator[Client]:
-    with Client(respools_server.url, ADMIN_TOKEN) as client:
-        yield client
-
-
-@pytest.fixture
-def databricks_pool(admin: Client) -> Iterator[Callable[[str], tuple[str, Client]]]:
+def databricks_pool(stack_pool: StackPool) -> Callable[[str], tuple[str, Client]]:
     """``databricks_pool(host)``: a fresh databricks pool of 8 GPUs (g5 node types) in the workspace at
     ``host``, and a client of a subject whose reserved share is the whole pool."""
-    made: list[Client] = []
 
     def make(host: str) -> tuple[str, Client]:
-        suffix = uuid.uuid4().hex[:8]
-        pool, subject = f"dbx-{suffix}", f"team-{suffix}"
-        settings = {
-            "host": host,
-            "spark_version": "15.4.x-gpu-ml-scala2.12",
-            "node_types": {"1": "g5.xlarge", "4": "g5.12xlarge"},
-        }
-        admin.put(
-            f"/v1/pools/{pool}",
-            {
-                "name": pool,
-                "stack": "databricks",
-                "capacity": {"gpu": 8},
-                "preemption_grace_s": 1.0,
-                "lease_ttl_s": 10.0,
-                "settings": settings,
-            },
-        )
-        admin.put(f"/v1/subjects/{subject}", {"name": subject})
-        admin.post("/v1/policies", {"subject": subject, "pool": pool, "reserved": {"gpu": 8}, "priority": 10})
-        token = admin.post("/v1/tokens", {"role": "subject", "subject": subject})["token"]
-        client = Client(admin.url, token)
-        made.append(client)
-        return pool, client
+        settings = {"spark_version": "15.4.x-gpu-ml-scala2.12", "node_types": {"1": "g5.xlarge", "4": "g5.12xlarge"}}
+        return stack_pool("databricks", settings | {"host": host})
 
-    yield make
-    for client in made:
-        client.close()
+    return make

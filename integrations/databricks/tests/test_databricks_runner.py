@@ -5,27 +5,21 @@ real respools service."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import threading
-import time
 from collections.abc import Callable
-from datetime import datetime
-from pathlib import Path
 
 import pytest
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.config import Config
-from fake_databricks import FAILS, RUNS_ON, FakeDatabricks
+from fake_databricks import FakeDatabricks
 from respools_databricks import DatabricksBackend
 from respools_databricks.settings import DatabricksSettings
 
-from respools.backends.jobs import JobError, JobLaunch, JobPhase
+from respools.backends.jobs import JobPhase
 from respools.client import ApiError, Client
-from respools.client.jobs import JobOutcome, JobRun
+from respools.client.jobs import JobRun
 from respools.client.retry import Backoff
 from respools.client.spec import build_spec
-from respools.model import Event, EventKind, RequestState
+from respools.model import RequestState
 
 DatabricksPool = Callable[[str], tuple[str, Client]]
 COMMAND = ["python", "/Workspace/Users/ml@example.com/train.py", "--epochs", "3"]
@@ -89,96 +83,6 @@ def test_grant_submits_the_leases_cluster_and_success_releases(databricks_pool: 
         assert "succeeded" in said[-1]
 
 
-def test_a_failed_run_releases_the_lease_and_shows_the_workspaces_message(databricks_pool: DatabricksPool) -> None:
-    with FakeDatabricks() as fake:
-        pool, client = databricks_pool(fake.host)
-        fake.plan(FAILS, "Workload failed, see run output for details")
-        said: list[str] = []
-        outcome = job_run(client, pool, said).run()
-
-        assert (outcome.status.phase, outcome.exit_status) == (JobPhase.FAILED, 1)
-        assert outcome.status.provider_state == "TERMINATED/FAILED"
-        assert said[-1].endswith("failed: Workload failed, see run output for details")
-        (lease,) = client.list_leases()
-        assert lease.state == RequestState.RELEASED
-
-
-def test_preemption_cancels_at_the_deadline_releases_when_terminated_and_resubmits_the_next_attempt(
-    databricks_pool: DatabricksPool, admin: Client
-) -> None:
-    with FakeDatabricks() as fake:
-        pool, client = databricks_pool(fake.host)
-        fake.plan(RUNS_ON)
-        said: list[str] = []
-        run = job_run(client, pool, said, preemptible=True, max_retries=1)
-        outcomes: list[JobOutcome] = []
-        thread = threading.Thread(target=lambda: outcomes.append(run.run()), daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not any(r.state[0] == "RUNNING" for r in fake.runs.values()):
-            assert time.monotonic() < deadline, said
-            time.sleep(0.05)
-        (first_lease,) = client.list_leases()
-        noticed = admin.preempt_lease(first_lease.id, grace_s=1.0)
-        thread.join(timeout=60)
-
-        (outcome,) = outcomes
-        assert (outcome.status.phase, outcome.attempts) == (JobPhase.SUCCEEDED, 2)
-        first, second = fake.runs.values()
-        assert [state for _, state in first.history][-2:] == ["TERMINATING/CANCELED", "TERMINATED/CANCELED"]
-        terminating_at = next(at for at, state in first.history if state == "TERMINATING/CANCELED")
-        assert noticed.preempt_deadline is not None
-        assert terminating_at >= noticed.preempt_deadline.timestamp() - 0.05  # at the deadline, not at notice
-        terminated_at = first.history[-1][0]
-        assert second.history[0][0] >= terminated_at  # resubmitted once the first run was terminal
-        cluster = second.tasks[0].new_cluster
-        assert cluster is not None and (cluster.custom_tags or {})["respools_attempt"] == "1"
-        assert (cluster.spark_env_vars or {})["RESPOOLS_ATTEMPT"] == "1"
-        events = client.events(request_id=first_lease.request_id, limit=100)
-        kinds = [event.kind for event in events]
-        assert kinds.count(EventKind.GRANTED) == 2 and EventKind.REQUEUED in kinds
-        released = [e for e in events if e.kind == EventKind.RELEASED and e.lease_id == first_lease.id]
-        assert all(e.at.timestamp() >= terminated_at - 0.05 for e in released)
-        _keep_event_log("databricks", events, first.history, second.history)
-
-
-def test_transient_api_errors_are_retried_and_permanent_ones_surface(databricks_pool: DatabricksPool) -> None:
-    with FakeDatabricks() as fake:
-        pool, client = databricks_pool(fake.host)
-        fake.fail(429)
-        fake.fail(500)
-        outcome = job_run(client, pool, []).run()
-        assert outcome.status.phase == JobPhase.SUCCEEDED
-        assert not fake.errors and len(fake.runs) == 1  # both errors were answered, the run submitted once
-
-        fake.fail(401, times=10)
-        with pytest.raises(JobError, match=r"Databricks runs/list: UNAUTHENTICATED: fake workspace answers 401"):
-            job_run(client, pool, []).run()
-        assert all(lease.state != RequestState.ACTIVE for lease in client.list_leases())
-
-
-def test_a_restarted_runner_finds_its_run_by_tag_and_carries_on(databricks_pool: DatabricksPool) -> None:
-    with FakeDatabricks() as fake:
-        pool, client = databricks_pool(fake.host)
-        spec = build_spec(gpu=4, pool=[pool], idempotency_key="rpk_restart_databricks_1")
-        # The first runner got as far as submitting the run, then died: request granted, lease active,
-        # run pending in the workspace.
-        request = client.submit(spec, wait=10)
-        assert request.lease_id is not None
-        lease = client.heartbeat(request.lease_id)
-        launch = JobLaunch(lease=lease, pool=client.get_pool(pool), command=COMMAND)
-        submitted = backend().job_runner(client.get_pool(pool)).submit(launch)
-
-        said: list[str] = []
-        restarted = JobRun(
-            client, spec, COMMAND, runner_for=backend().job_runner, poll_s=0.05, progress=False, say=said.append
-        )
-        outcome = restarted.run()
-        assert outcome.status.job_id == submitted.job_id and outcome.status.phase == JobPhase.SUCCEEDED
-        assert len(fake.runs) == 1 and any(f"found job {submitted.job_id}" in line for line in said)
-        assert client.get_lease(lease.id).state == RequestState.RELEASED
-
-
 @pytest.mark.skipif(
     not (os.environ.get("DATABRICKS_HOST") and os.environ.get("DATABRICKS_TOKEN")),
     reason="live Databricks test: needs DATABRICKS_HOST and DATABRICKS_TOKEN (and RESPOOLS_DATABRICKS_PYTHON_FILE, "
@@ -196,85 +100,6 @@ def test_live_databricks_run_from_a_lease(databricks_pool: DatabricksPool) -> No
         progress=False,
     )
     assert run.run().status.phase == JobPhase.SUCCEEDED
-
-
-def _keep_event_log(stack: str, events: list[Event], *histories: list[tuple[float, str]]) -> None:
-    """Where RESPOOLS_EVENT_LOG_DIR is set, write the run's respools events and the runs' provider states
-    (the closing note of issue 22 shows them)."""
-    directory = os.environ.get("RESPOOLS_EVENT_LOG_DIR")
-    if not directory:
-        return
-    lines = [
-        f"{e.at.isoformat(timespec='milliseconds')} {e.kind.value:<10} lease={e.lease_id} {e.message}" for e in events
-    ]
-    for number, history in enumerate(histories, 1):
-        lines += [
-            f"{datetime.fromtimestamp(at).astimezone().isoformat(timespec='milliseconds')} run{number} {state}"
-            for at, state in history
-        ]
-    Path(directory, f"{stack}-events.txt").write_text("\n".join(sorted(lines)) + "\n")
-
-
-@pytest.mark.slow
-def test_respools_run_on_a_databricks_pool_is_preempted_requeued_and_finishes(
-    databricks_pool: DatabricksPool, admin: Client
-) -> None:
-    with FakeDatabricks() as fake:
-        pool, client = databricks_pool(fake.host)
-        fake.plan(RUNS_ON)
-        env = os.environ | {
-            "RESPOOLS_URL": client.url,
-            "RESPOOLS_TOKEN": client.config.token or "",
-            "DATABRICKS_TOKEN": "dapi-test-token",
-        }
-        argv = [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-c",
-            "from respools.cli import app; app()",
-            "run",
-            "--pool",
-            pool,
-            "--gpu",
-            "4",
-            "--preemptible",
-            "--max-retries",
-            "1",
-            "--retry-backoff",
-            "0.1",
-            "--poll",
-            "0.1",
-            "--no-progress",
-            "--",
-            *COMMAND,
-        ]
-        run = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 60
-        while not any(r.state[0] == "RUNNING" for r in fake.runs.values()):
-            assert time.monotonic() < deadline and run.poll() is None, run.stderr.read() if run.stderr else ""
-            time.sleep(0.1)
-        (lease,) = client.list_leases()
-        admin.preempt_lease(lease.id, grace_s=1.0)
-        _, err = run.communicate(timeout=90)
-
-        assert run.returncode == 0, err
-        first, second = fake.runs.values()
-        assert first.state == ("TERMINATED", "CANCELED") and second.state == ("TERMINATED", "SUCCESS")
-        cluster = second.tasks[0].new_cluster
-        assert cluster is not None and (cluster.custom_tags or {})["respools_attempt"] == "1"
-        for shown in (
-            "submitted job",
-            "running",
-            "preemption notice",
-            "cancelling job",
-            "cancelled (TERMINATED/CANCELED)",
-            "requeued: attempt 1",
-            "attempt 1: submitted job",
-            "succeeded",
-        ):
-            assert shown in err, (shown, err)
-        assert err.index("cancelled (TERMINATED/CANCELED)") < err.index("attempt 1: submitted job")
 
 
 def test_capacity_warning_when_the_workspace_has_no_gpu_node_type(make_pool: Callable[..., object]) -> None:

@@ -21,6 +21,7 @@ from zenml_test_env import QUIET_ZENML_ENV
 _ZENML_HOME = Path(tempfile.mkdtemp(prefix="respools-zenml-tests-"))
 os.environ.update(QUIET_ZENML_ENV | {"ZENML_CONFIG_PATH": str(_ZENML_HOME / "in-process")})
 
+from provider_jobs import pipeline_env  # noqa: E402, F401  (a fixture of the provider-job tests)
 from respools_server import RespoolsServer  # noqa: E402  (after the environment is set)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import respools_zenml
 from respools_zenml import cli
+from respools_zenml.databricks.orchestrator import PooledDatabricksOrchestrator
 from respools_zenml.kubernetes.orchestrator import PooledKubernetesOrchestrator
 from respools_zenml.local.orchestrator import PooledLocalOrchestrator
 from zenml.client import Client
@@ -32,13 +33,16 @@ def test_register_flavors_is_idempotent_and_exposes_the_config(capsys: pytest.Ca
     client = Client()
     local = client.get_flavor_by_name_and_type("respools_local", StackComponentType.ORCHESTRATOR)
     kubernetes = client.get_flavor_by_name_and_type("respools_kubernetes", StackComponentType.ORCHESTRATOR)
-    for flavor in (local, kubernetes):
+    databricks = client.get_flavor_by_name_and_type("respools_databricks", StackComponentType.ORCHESTRATOR)
+    for flavor in (local, kubernetes, databricks):
         properties = flavor.config_schema["properties"]
         assert {"respools_url", "respools_token", "pool", "priority", "preemptible"} <= set(properties)
     assert "kubernetes_namespace" in kubernetes.config_schema["properties"]
     assert local.source.endswith("PooledLocalOrchestratorFlavor")
     assert Flavor.from_model(local).implementation_class is PooledLocalOrchestrator
     assert Flavor.from_model(kubernetes).implementation_class is PooledKubernetesOrchestrator
+    assert {"host", "respools_poll_s", "node_type_id"} <= set(databricks.config_schema["properties"])
+    assert Flavor.from_model(databricks).implementation_class is PooledDatabricksOrchestrator
 
 
 @pytest.mark.slow

@@ -12,18 +12,15 @@ from the lease, cancels the job at the preemption deadline and hands the step ba
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
+from provider_jobs import keep_event_log, wait_until
 from respools_server import RespoolsServer, World
-from zenml_test_env import QUIET_ZENML_ENV
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "vertex" / "tests"))
 from fake_vertex import Executor, FakeVertex
@@ -46,29 +43,6 @@ def vertex_world(respools_server: RespoolsServer) -> Callable[[str], World]:
         )
 
     return make
-
-
-@pytest.fixture
-def pipeline_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    yield {
-        **os.environ,
-        **QUIET_ZENML_ENV,
-        "ZENML_CONFIG_PATH": str(tmp_path / "zenml"),
-        "RESPOOLS_CONFIG": "",
-        "ZENML_LOGGING_VERBOSITY": os.environ.get("RESPOOLS_TEST_ZENML_VERBOSITY", "WARN"),  # INFO to debug
-        "PYTHONPATH": os.pathsep.join([str(SCRIPT.parent), os.environ.get("PYTHONPATH", "")]),
-    }
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str, process: subprocess.Popen[bytes]) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        assert process.poll() is None, f"the pipeline ended while waiting for {what}"
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.mark.parametrize("scenario", ["vertex", "generic"])
@@ -133,18 +107,3 @@ def test_pooled_vertex_step_is_preempted_cancelled_retried_and_finishes(
         # (The generic wrapper's job carries no lease label, so the vertex backend cannot see it: past the
         # deadline the service may confirm the stop before the wrapper's cancel lands. docs/zenml-step-operators.md)
         keep_event_log(f"zenml-{scenario}", respools_server.events(world.pool), jobs)
-
-
-def keep_event_log(name: str, events: list[dict[str, Any]], jobs: list[Any]) -> None:
-    """Where RESPOOLS_EVENT_LOG_DIR is set, write the run's respools events and the jobs' provider states
-    (the closing note of issue 22 shows them)."""
-    directory = os.environ.get("RESPOOLS_EVENT_LOG_DIR")
-    if not directory:
-        return
-    lines = [f"{e['at']} {e['kind']:<10} lease={e.get('lease_id')} {e.get('message') or ''}" for e in events]
-    for number, job in enumerate(jobs, 1):
-        lines += [
-            f"{datetime.fromtimestamp(at).astimezone().isoformat(timespec='milliseconds')} job{number} {state}"
-            for at, state in job.history
-        ]
-    Path(directory, f"{name}-events.txt").write_text("\n".join(sorted(lines)) + "\n")

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,21 @@ def setup(url: str, token: str, pool: str) -> None:
     client.activate_stack(STACK)
 
 
+def run_and_summarize(run: Callable[[], object], out: str) -> int:
+    """Run the pipeline(s) and write the summary of the latest run to ``out``; how it ended (an exception
+    included) is for the test to judge, so the script itself exits 0."""
+    error: str | None = None
+    try:
+        run()
+    except Exception as exc:  # the summary says how the run ended; the test decides
+        error = f"{type(exc).__name__}: {exc}"
+    runs = Client().list_pipeline_runs(sort_by="desc:created", size=1).items
+    result: dict[str, Any] = summary(runs[0].id) if runs else {"status": "not created", "steps": []}
+    result["error"] = error
+    Path(out).write_text(json.dumps(result, default=str))
+    return 0
+
+
 def summary(run_id: Any) -> dict[str, Any]:
     """The run as the test checks it: every step run (retries included), oldest first."""
     client = Client()
@@ -256,8 +272,8 @@ def main(argv: list[str]) -> int:
     if args.go:
         while not Path(args.go).exists():
             time.sleep(0.05)
-    error: str | None = None
-    try:
+
+    def run() -> None:
         if args.scenario == "waiting":
             waiting_pipeline()
         elif args.scenario == "train":
@@ -279,13 +295,8 @@ def main(argv: list[str]) -> int:
             steadfast_pipeline(marker=args.marker, go=args.release)
         else:
             stubborn_pipeline(marker=args.marker)
-    except Exception as exc:  # the summary says how the run ended; the test decides
-        error = f"{type(exc).__name__}: {exc}"
-    runs = Client().list_pipeline_runs(sort_by="desc:created", size=1).items
-    result: dict[str, Any] = summary(runs[0].id) if runs else {"status": "not created", "steps": []}
-    result["error"] = error
-    Path(args.out).write_text(json.dumps(result, default=str))
-    return 0
+
+    return run_and_summarize(run, args.out)
 
 
 if __name__ == "__main__":

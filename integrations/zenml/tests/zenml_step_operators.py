@@ -33,7 +33,7 @@ from zenml.integrations.gcp.flavors.vertex_step_operator_flavor import (
 )
 from zenml.integrations.gcp.step_operators.vertex_step_operator import VertexStepOperator
 from zenml.stack import StackValidator
-from zenml_pipelines import summary
+from zenml_pipelines import run_and_summarize
 
 STACK = "pooled-step-operator"
 IMAGE = "us-docker.pkg.dev/ml-prod/train/zenml-step:1"
@@ -181,15 +181,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--marker", required=True)
     args = parser.parse_args(argv)
     setup(args.scenario, args.url, args.token, args.pool, args.endpoint)
-    error: str | None = None
-    try:
-        train_pipeline(marker=args.marker)
-    except Exception as exc:  # the summary says how the run ended; the test decides
-        error = f"{type(exc).__name__}: {exc}"
-    runs = Client().list_pipeline_runs(sort_by="desc:created", size=1).items
-    result: dict[str, Any] = summary(runs[0].id) if runs else {"status": "not created", "steps": []}
-    result["error"] = error
-    Path(args.out).write_text(json.dumps(result, default=str))
+    run_and_summarize(lambda: train_pipeline(marker=args.marker), args.out)
     return 0
 
 

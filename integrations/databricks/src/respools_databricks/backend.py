@@ -91,18 +91,20 @@ class DatabricksBackend(Backend):
     def job_runner(self, pool: PoolSpec) -> DatabricksJobRunner:
         """One-time runs in the pool's workspace, each on the job cluster :meth:`realize` gives its lease."""
         settings = settings_of(pool)
+        return DatabricksJobRunner(
+            self._workspace_factory(settings), self.launch_cluster, backoff_s=self._retry_backoff_s
+        )
 
-        def cluster(launch: JobLaunch) -> dict[str, Any]:
-            native = self.realize(launch.lease, launch.pool).native
-            if "job_cluster" not in native:
-                raise BackendError(
-                    f"lease {launch.lease.id}: respools run submits whole-GPU leases as job clusters; a fraction "
-                    "runs on the shared cluster, where a run is started by the job that owns it"
-                )
-            job_cluster: dict[str, Any] = native["job_cluster"]
-            return job_cluster
-
-        return DatabricksJobRunner(self._workspace_factory(settings), cluster, backoff_s=self._retry_backoff_s)
+    def launch_cluster(self, launch: JobLaunch) -> dict[str, Any]:
+        """The job cluster a launch's lease runs on (the Jobs API's JSON): only whole-GPU leases have one."""
+        native = self.realize(launch.lease, launch.pool).native
+        if "job_cluster" not in native:
+            raise BackendError(
+                f"lease {launch.lease.id}: a job of its own runs whole-GPU leases as job clusters; a fraction "
+                "runs on the shared cluster, where a run is started by the job that owns it"
+            )
+        job_cluster: dict[str, Any] = native["job_cluster"]
+        return job_cluster
 
     def stop(self, lease: Lease, pool: PoolSpec) -> None:
         settings = settings_of(pool)

@@ -83,7 +83,7 @@ class DatabricksJobRunner(JobRunner):
         cluster = jobs.JobCluster.from_dict(self._job_cluster(launch)).new_cluster
         if cluster is None:
             raise BackendError("the lease's realization has no job cluster")
-        cluster.custom_tags = {**(cluster.custom_tags or {}), **_tags(launch)}
+        cluster.custom_tags = {**(cluster.custom_tags or {}), **run_tags(launch)}
         cluster.spark_env_vars = {**(cluster.spark_env_vars or {}), **launch.env}
         if launch.image:
             cluster.docker_image = compute.DockerImage(url=launch.image)
@@ -102,7 +102,7 @@ class DatabricksJobRunner(JobRunner):
         return self.status(str(run_id))
 
     def find(self, launch: JobLaunch) -> JobStatus | None:
-        name, tags = _run_name(launch), _tags(launch)
+        name, tags = _run_name(launch), run_tags(launch)
         runs = self._call(
             "list",
             lambda: list(self._workspace.jobs.list_runs(run_type=jobs.RunType.SUBMIT_RUN, expand_tasks=True)),
@@ -153,5 +153,6 @@ def _run_name(launch: JobLaunch) -> str:
     return f"respools-{launch.lease.id}-{launch.attempt}"[:64]
 
 
-def _tags(launch: JobLaunch) -> dict[str, str]:
+def run_tags(launch: JobLaunch) -> dict[str, str]:
+    """The launch's identifying labels as cluster tags (lease, request, subject, attempt)."""
     return {tag_key(key): value for key, value in launch.labels().items()}

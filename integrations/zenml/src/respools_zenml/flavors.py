@@ -25,6 +25,14 @@ except ImportError:  # pragma: no cover - without google-cloud-aiplatform
     pass
 else:
     FLAVORS += (PooledVertexStepOperatorFlavor,)
+try:  # the pooled Databricks orchestrator needs respools-databricks (respools-zenml[databricks])
+    import respools_databricks  # noqa: F401
+except ImportError:  # pragma: no cover - without respools-databricks
+    pass
+else:
+    from respools_zenml.databricks.flavor import PooledDatabricksOrchestratorFlavor
+
+    FLAVORS += (PooledDatabricksOrchestratorFlavor,)
 INTEGRATION = "respools"
 
 
