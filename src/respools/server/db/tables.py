@@ -18,6 +18,8 @@ from respools.server.db.types import UtcDateTime, json_type
 
 LIVE_STATES_SQL = "state IN ('granted', 'active', 'preempting')"
 PENDING_SQL = "state = 'pending'"
+UNROLLED_SQL = "usage_rolled = 0"
+ROLLED_LONG_SQL = "usage_rolled = 2"
 
 
 def _time(nullable: bool = False, index: bool = False) -> Any:
@@ -145,6 +147,19 @@ class LeaseRow(SQLModel, table=True):
         ),
         sa.Index("ix_leases_subject_granted", "subject", "granted_at"),
         sa.Index("ix_leases_released", "released_at"),
+        sa.Index("ix_leases_granted", "granted_at"),
+        sa.Index(
+            "ix_leases_unrolled",
+            "granted_at",
+            postgresql_where=sa.text(UNROLLED_SQL),
+            sqlite_where=sa.text(UNROLLED_SQL),
+        ),
+        sa.Index(
+            "ix_leases_rolled_long",
+            "released_at",
+            postgresql_where=sa.text(ROLLED_LONG_SQL),
+            sqlite_where=sa.text(ROLLED_LONG_SQL),
+        ),
     )
     id: str = Field(primary_key=True, max_length=64)
     request_id: str = Field(max_length=64, index=True)
@@ -171,6 +186,9 @@ class LeaseRow(SQLModel, table=True):
     released_at: datetime | None = _time(nullable=True)
     checkpointed_at: datetime | None = _time(nullable=True)
     checkpoints: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    usage_rolled: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    """0 while the lease is not summed into ``usage_rollup`` (live, or ended since the last roll-up);
+    1 once it is, 2 once it is and it was held longer than a day (see :mod:`respools.server.usage_rollup`)."""
 
 
 class EventRow(SQLModel, table=True):
@@ -211,6 +229,23 @@ class OutboxRow(SQLModel, table=True):
     data: dict[str, Any] = _json()
 
 
+class UsageRollupRow(SQLModel, table=True):
+    """Ended leases' usage pre-summed per hour and per day (``width``), subject and pool, in exact
+    key-microseconds (JSON objects of integers); see :mod:`respools.server.usage_rollup`."""
+
+    __tablename__ = "usage_rollup"
+    width: str = Field(primary_key=True, max_length=4)
+    bucket: datetime = Field(sa_column=sa.Column(UtcDateTime(), primary_key=True))
+    subject: str = Field(primary_key=True, max_length=63)
+    pool: str = Field(primary_key=True, max_length=63)
+    held: dict[str, int] = _json()
+    borrowed: dict[str, int] = _json()
+    preempted: dict[str, int] = _json()
+    lost: dict[str, int] = _json()
+    leases: int
+    starts: int
+
+
 def table(model: type[SQLModel]) -> sa.Table:
     """The Core table behind a SQLModel class."""
     return cast(sa.Table, vars(model)["__table__"])
@@ -229,3 +264,4 @@ REQUESTS = table(RequestRow)
 LEASES = table(LeaseRow)
 EVENTS = table(EventRow)
 OUTBOX = table(OutboxRow)
+USAGE_ROLLUP = table(UsageRollupRow)

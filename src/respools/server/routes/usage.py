@@ -15,7 +15,7 @@ from respools.server import usage
 from respools.server.auth import visible_subject
 from respools.server.errors import forbidden, invalid
 from respools.server.routes.deps import ERRORS, Auth, ServicesDep
-from respools.server.usage_sql import usage_totals
+from respools.server.usage_query import usage_totals
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=ERRORS)
 

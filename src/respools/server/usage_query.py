@@ -1,0 +1,133 @@
+"""Usage queries: the roll-up's pre-summed buckets plus, summed on read, what it does not hold.
+
+For a window ``[since, until)`` grouped by ``by``, one snapshot reads:
+
+* the roll-up rows (:mod:`usage_rollup`) of the whole days inside the window (for hourly groups: the
+  whole hours), and of the whole hours inside the ragged parts left at either end;
+* the rolled-up leases overlapping what is left at the ends, under an hour each (found by grant time,
+  at most a day back, or for the few leases held longer than a day through their own index);
+* every lease not rolled up yet that overlaps the window: the live ones, and those ended since the
+  leader's last roll-up.
+
+All three feed one :class:`usage.Ledger`, with the same exact integer arithmetic as the direct
+computation (:func:`usage.aggregate` over every lease), so the answer is the same figure whichever
+leases happen to be rolled up, on every replica. The cost is bounded by the number of buckets and of
+live leases, not by the leases of the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from respools.server.db.tables import ROLLED_LONG_SQL, UNROLLED_SQL, USAGE_ROLLUP
+from respools.server.usage import (
+    DAY,
+    HOUR,
+    INTERVAL_COLUMNS,
+    LEASES,
+    Dimension,
+    Ledger,
+    Sums,
+    Totals,
+    ceil,
+    floor,
+    overlapping,
+    read_intervals,
+    width_of,
+)
+from respools.server.usage_rollup import LONG, ROLLED_SHORT
+
+WIDTH_NAMES = {HOUR: "hour", DAY: "day"}
+Span = tuple[timedelta, datetime, datetime]
+
+
+def split(
+    since: datetime, until: datetime, widths: Sequence[timedelta]
+) -> tuple[list[Span], list[tuple[datetime, datetime]]]:
+    """``[since, until)`` as whole buckets of the widest width that fits, then of the next width in the
+    ragged ends, and so on; returns those spans and the ends no width covers."""
+    if since >= until:
+        return [], []
+    if not widths:
+        return [], [(since, until)]
+    width, rest = widths[0], widths[1:]
+    first, last = ceil(since, width), floor(until, width)
+    if first >= last:
+        return split(since, until, rest)
+    head_spans, head_edges = split(since, first, rest)
+    tail_spans, tail_edges = split(last, until, rest)
+    return [*head_spans, (width, first, last), *tail_spans], head_edges + tail_edges
+
+
+@contextmanager
+def snapshot(conn: sa.Connection) -> Iterator[None]:
+    """One consistent view for the whole query, so a roll-up committing meanwhile is seen entirely or
+    not at all. SQLite's read transaction is one already; PostgreSQL's read connections autocommit, so
+    a read-only REPEATABLE READ transaction is opened (unless the caller is inside one of its own)."""
+    dbapi = conn.connection.dbapi_connection
+    info = getattr(dbapi, "info", None)
+    if conn.dialect.name != "postgresql" or info is None or info.transaction_status != 0:  # 0: IDLE
+        yield
+        return
+    conn.exec_driver_sql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        yield
+    finally:
+        conn.exec_driver_sql("ROLLBACK")
+
+
+def _rolled_up(ledger: Ledger, conn: sa.Connection, span: Span, subject: str | None) -> None:
+    width, start, end = span
+    c = USAGE_ROLLUP.c
+    query = sa.select(USAGE_ROLLUP).where(c.width == WIDTH_NAMES[width], c.bucket >= start, c.bucket < end)
+    if subject is not None:
+        query = query.where(c.subject == subject)
+    for row in conn.execute(query):
+        sums = Sums(dict(row.held), dict(row.borrowed), dict(row.preempted), dict(row.lost), row.leases, row.starts)
+        ledger.add_sums(row.subject, row.pool, row.bucket, sums)
+
+
+def _rolled_up_leases(
+    ledger: Ledger, conn: sa.Connection, start: datetime, end: datetime, now: datetime, subject: str | None
+) -> None:
+    short = sa.select(*INTERVAL_COLUMNS).where(
+        LEASES.c.usage_rolled == ROLLED_SHORT,
+        LEASES.c.granted_at >= start - LONG,
+        LEASES.c.granted_at < end,
+        LEASES.c.released_at > start,
+    )
+    long = sa.select(*INTERVAL_COLUMNS).where(
+        sa.text(ROLLED_LONG_SQL), LEASES.c.released_at > start, LEASES.c.granted_at < end
+    )
+    for query in (short, long):
+        for lease in read_intervals(conn, query, now, subject):
+            ledger.add_interval(lease, start, end)
+
+
+def usage_totals(
+    conn: sa.Connection,
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    subject: str | None,
+    by: Sequence[Dimension],
+) -> dict[tuple[Any, ...], Totals]:
+    """The ledger's sums over ``[since, until)`` grouped by ``by``: what :func:`usage.aggregate` answers
+    for every lease overlapping the window, a live one counted up to ``now``."""
+    ledger = Ledger(by, since)
+    widths = [HOUR] if width_of(by) == HOUR else [DAY, HOUR]
+    spans, edges = split(since, until, widths)
+    with snapshot(conn):
+        for span in spans:
+            _rolled_up(ledger, conn, span, subject)
+        for start, end in edges:
+            _rolled_up_leases(ledger, conn, start, end, now, subject)
+        unrolled = sa.select(*INTERVAL_COLUMNS).where(sa.text(UNROLLED_SQL), overlapping(since, until))
+        for lease in read_intervals(conn, unrolled, now, subject):
+            ledger.add_interval(lease, since, until)
+    return ledger.totals()

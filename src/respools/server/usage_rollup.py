@@ -1,0 +1,179 @@
+"""The usage roll-up: ended leases summed ahead of time per hour and per day, subject and pool.
+
+A usage query over a month used to cut every lease of the month into its buckets on each read (seconds
+on a busy history, see ``benchmarks/usage_query.py``). Here each lease is cut and summed once, after it
+ended, into ``usage_rollup`` (exact integer key-microseconds), and ``leases.usage_rolled`` is set in the
+same transaction. Which leases are rolled up is thus recorded per lease, not as a time watermark: a
+lease that ends late, a lease that was running when its buckets closed, a row written with past times —
+each is summed on read until it is rolled up, and from then on only from the roll-up; never both, never
+neither (:mod:`usage_query` reads both sides in one snapshot).
+
+Only leases in an end state are rolled up: nothing changes an ended lease's row afterwards (a
+checkpoint report needs a live lease), so its sums are final.
+
+Who writes: the reconciler's leader (:class:`RollupWorker`), every ``usage_rollup_s``. Correctness does
+not depend on it being the only one: on PostgreSQL each batch first takes a transaction-level advisory
+lock, so batches never interleave, and in READ COMMITTED each statement after the lock sees the previous
+batch's commit; on SQLite writers are serialized anyway. A crash mid-batch rolls the batch back whole:
+the sums and the marks commit together or not at all. The marking ``UPDATE`` also checks that every
+lease it marks was still unmarked, and fails the batch otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import sqlalchemy as sa
+
+from respools.model import LIVE_LEASE_STATES
+from respools.server.db.database import Database, Tx
+from respools.server.db.tables import UNROLLED_SQL, USAGE_ROLLUP
+from respools.server.usage import (
+    DAY,
+    INTERVAL_COLUMNS,
+    LEASES,
+    Dimension,
+    Ledger,
+    Sums,
+    as_interval,
+)
+
+log = logging.getLogger(__name__)
+
+WIDTHS = {"hour": Dimension.HOUR, "day": Dimension.DAY}
+LONG = DAY
+"""A rolled-up lease held longer than this is marked ``ROLLED_LONG``: a query finds the rolled-up leases
+on its window's ragged edges by grant time within ``LONG`` before the edge, and the long ones through
+their own index."""
+ROLLED_SHORT, ROLLED_LONG = 1, 2
+BATCH = 5000
+CHUNK = 500
+"""Keys per statement where a batch names rows (SQLite bounds the parameters of one statement)."""
+LOCK_KEY = 0x7265_7370_7573_6167  # "respusag": one fixed bigint per database
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+CellKey = tuple[str, datetime, str, str]
+T = TypeVar("T")
+
+
+def _chunks(items: list[T]) -> list[list[T]]:
+    return [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+
+
+def roll_up(tx: Tx, limit: int = BATCH) -> int:
+    """Sum up to ``limit`` ended, not yet rolled-up leases into the roll-up and mark them; returns how
+    many it took (fewer than ``limit``: none are left)."""
+    conn = tx.conn
+    if tx.is_postgres:
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
+    rows = conn.execute(
+        sa.select(*INTERVAL_COLUMNS)
+        .where(
+            sa.text(UNROLLED_SQL),
+            LEASES.c.released_at.is_not(None),
+            LEASES.c.state.not_in([s.value for s in LIVE_LEASE_STATES]),
+        )
+        .order_by(LEASES.c.granted_at)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return 0
+    leases = [as_interval(row, tx.now) for row in rows]
+    cells: dict[CellKey, Sums] = {}
+    for name, dimension in WIDTHS.items():
+        ledger = Ledger([Dimension.SUBJECT, Dimension.POOL, dimension], EPOCH)
+        for lease in leases:
+            ledger.add_interval(lease, lease.start, lease.end)
+        for (subject, pool, bucket), sums in ledger.groups.items():
+            cells[(name, bucket, subject, pool)] = sums
+    _merge(conn, cells)
+    marks: dict[int, list[str]] = {ROLLED_SHORT: [], ROLLED_LONG: []}
+    for row, lease in zip(rows, leases, strict=True):
+        marks[ROLLED_LONG if lease.end - lease.start > LONG else ROLLED_SHORT].append(row.id)
+    marked = 0
+    for mark, ids in marks.items():
+        for chunk in _chunks(ids):
+            update = LEASES.update().where(LEASES.c.id.in_(chunk), sa.text(UNROLLED_SQL)).values(usage_rolled=mark)
+            marked += conn.execute(update).rowcount
+    if marked != len(rows):
+        raise RuntimeError(f"usage roll-up: marked {marked} of {len(rows)} leases; another writer raced it")
+    return len(rows)
+
+
+def _merge(conn: sa.Connection, cells: dict[CellKey, Sums]) -> None:
+    """Add ``cells`` to the roll-up rows of the same keys (read, add, rewrite)."""
+    c = USAGE_ROLLUP.c
+    keys = list(cells)
+    for chunk in _chunks(keys):
+        where = sa.tuple_(c.width, c.bucket, c.subject, c.pool).in_(chunk)
+        for row in conn.execute(sa.select(USAGE_ROLLUP).where(where)):
+            old = Sums(dict(row.held), dict(row.borrowed), dict(row.preempted), dict(row.lost), row.leases, row.starts)
+            cells[(row.width, row.bucket, row.subject, row.pool)].add(old, old.leases)
+        conn.execute(USAGE_ROLLUP.delete().where(where))
+    conn.execute(
+        USAGE_ROLLUP.insert(),
+        [
+            {
+                "width": width,
+                "bucket": bucket,
+                "subject": subject,
+                "pool": pool,
+                "held": sums.held,
+                "borrowed": sums.borrowed,
+                "preempted": sums.preempted,
+                "lost": sums.lost,
+                "leases": sums.leases,
+                "starts": sums.starts,
+            }
+            for (width, bucket, subject, pool), sums in cells.items()
+        ],
+    )
+
+
+def catch_up(db: Database, limit: int = BATCH) -> int:
+    """Roll up every ended lease not rolled up yet, one transaction per ``limit`` leases."""
+    total = 0
+    while True:
+        done = db.write(lambda tx: roll_up(tx, limit))
+        total += done
+        if done < limit:
+            return total
+
+
+class RollupWorker:
+    """A thread that, while ``leading()``, catches the roll-up up every ``interval_s``.
+
+    Only the reconciler's leader rolls up, so replicas do not queue on the lock for nothing; a follower
+    that briefly still believes it leads is harmless (see the module's docstring)."""
+
+    def __init__(self, db: Database, leading: Callable[[], bool], interval_s: float) -> None:
+        self._db = db
+        self._leading = leading
+        self._interval_s = interval_s
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="respools-usage-rollup", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval_s):
+            if not self._leading():
+                continue
+            try:
+                rolled = catch_up(self._db)
+            except Exception:
+                log.exception("usage roll-up failed; retrying in %.0f s", self._interval_s)
+                continue
+            if rolled:
+                log.debug("rolled up ended leases", extra={"leases": rolled})
