@@ -25,9 +25,10 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from respools.model import LIVE_LEASE_STATES
 from respools.server.db.database import Database, Tx
@@ -95,8 +96,13 @@ def roll_up(tx: Tx, limit: int = BATCH) -> int:
         marks[ROLLED_LONG if lease.end - lease.start > LONG else ROLLED_SHORT].append(row.id)
     marked = 0
     for mark, ids in marks.items():
-        for chunk in _chunks(ids):
-            update = LEASES.update().where(LEASES.c.id.in_(chunk), sa.text(UNROLLED_SQL)).values(usage_rolled=mark)
+        for chunk in [ids] if tx.is_postgres else _chunks(ids):
+            named = (
+                LEASES.c.id == sa.any_(sa.bindparam("ids", chunk, type_=ARRAY(sa.String)))
+                if tx.is_postgres
+                else LEASES.c.id.in_(chunk)
+            )
+            update = LEASES.update().where(named, sa.text(UNROLLED_SQL)).values(usage_rolled=mark)
             marked += conn.execute(update).rowcount
     if marked != len(rows):
         raise RuntimeError(f"usage roll-up: marked {marked} of {len(rows)} leases; another writer raced it")
@@ -104,33 +110,61 @@ def roll_up(tx: Tx, limit: int = BATCH) -> int:
 
 
 def _merge(conn: sa.Connection, cells: dict[CellKey, Sums]) -> None:
-    """Add ``cells`` to the roll-up rows of the same keys (read, add, rewrite)."""
+    """Add ``cells`` to the roll-up rows of the same keys: read the rows of the buckets they touch,
+    update those that exist, insert the rest."""
     c = USAGE_ROLLUP.c
-    keys = list(cells)
-    for chunk in _chunks(keys):
-        where = sa.tuple_(c.width, c.bucket, c.subject, c.pool).in_(chunk)
-        for row in conn.execute(sa.select(USAGE_ROLLUP).where(where)):
-            old = Sums(dict(row.held), dict(row.borrowed), dict(row.preempted), dict(row.lost), row.leases, row.starts)
-            cells[(row.width, row.bucket, row.subject, row.pool)].add(old, old.leases)
-        conn.execute(USAGE_ROLLUP.delete().where(where))
-    conn.execute(
-        USAGE_ROLLUP.insert(),
-        [
-            {
-                "width": width,
-                "bucket": bucket,
-                "subject": subject,
-                "pool": pool,
-                "held": sums.held,
-                "borrowed": sums.borrowed,
-                "preempted": sums.preempted,
-                "lost": sums.lost,
-                "leases": sums.leases,
-                "starts": sums.starts,
-            }
-            for (width, bucket, subject, pool), sums in cells.items()
-        ],
-    )
+    existing: set[CellKey] = set()
+    for width in WIDTHS:
+        buckets = sorted({bucket for name, bucket, _, _ in cells if name == width})
+        for chunk in _chunks(buckets):
+            for row in conn.execute(sa.select(USAGE_ROLLUP).where(c.width == width, c.bucket.in_(chunk))):
+                key = (row.width, row.bucket, row.subject, row.pool)
+                if key in cells:
+                    cells[key].add(_sums(row), row.leases)
+                    existing.add(key)
+    rows = [
+        {
+            "k_width": width,
+            "k_bucket": bucket,
+            "k_subject": subject,
+            "k_pool": pool,
+            "held": sums.held,
+            "borrowed": sums.borrowed,
+            "preempted": sums.preempted,
+            "lost": sums.lost,
+            "leases": sums.leases,
+            "starts": sums.starts,
+        }
+        for (width, bucket, subject, pool), sums in cells.items()
+    ]
+    updates = [row for row in rows if (row["k_width"], row["k_bucket"], row["k_subject"], row["k_pool"]) in existing]
+    inserts = [
+        row for row in rows if (row["k_width"], row["k_bucket"], row["k_subject"], row["k_pool"]) not in existing
+    ]
+    if updates:
+        conn.execute(
+            USAGE_ROLLUP.update().where(
+                c.width == sa.bindparam("k_width"),
+                c.bucket == sa.bindparam("k_bucket"),
+                c.subject == sa.bindparam("k_subject"),
+                c.pool == sa.bindparam("k_pool"),
+            ),
+            updates,
+        )
+    if inserts:
+        conn.execute(
+            USAGE_ROLLUP.insert().values(
+                width=sa.bindparam("k_width"),
+                bucket=sa.bindparam("k_bucket"),
+                subject=sa.bindparam("k_subject"),
+                pool=sa.bindparam("k_pool"),
+            ),
+            inserts,
+        )
+
+
+def _sums(row: sa.Row[Any]) -> Sums:
+    return Sums(dict(row.held), dict(row.borrowed), dict(row.preempted), dict(row.lost), row.leases, row.starts)
 
 
 def catch_up(db: Database, limit: int = BATCH) -> int:
