@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,7 +24,13 @@ from respools.server.db.tables import LEASES, USAGE_ROLLUP
 from respools.server.usage import Dimension, Totals, aggregate, intervals
 from respools.server.usage_query import usage_totals
 from respools.server.usage_rollup import ROLLED_LONG, catch_up, roll_up
-from tests.server.conftest import STORES, settings_for, store_url
+from tests.server.conftest import STORES, Api, settings_for, store_url
+
+with warnings.catch_warnings():  # as in conftest: starlette nudges towards httpx2
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from respools.server import create_app
 
 NOW = datetime(2026, 3, 10, 9, 41, 17, 123456, tzinfo=UTC)
 GROUPINGS: tuple[list[str], ...] = (
@@ -178,3 +186,27 @@ def test_replicas_rolling_up_at_once_count_every_lease_once(tmp_path: Path, post
     finally:
         first.dispose()
         second.dispose()
+
+
+@pytest.mark.parametrize("kind", STORES)
+def test_the_leader_rolls_up_a_released_lease_by_itself(kind: str, tmp_path: Path, postgres_url_factory: Any) -> None:
+    settings = settings_for(store_url(kind, tmp_path, postgres_url_factory), usage_rollup_s=0.2)
+    with TestClient(create_app(settings)) as client:
+        api = Api(client)
+        world = api.world()
+        request = api.submit(world.token, resources={"gpu": 2}, preemptible=True)
+        lease = api.ok("POST", f"/v1/leases/{request['lease_id']}/release", world.token)
+        db = client.app.state.services.db  # type: ignore[attr-defined]
+        marked = sa.select(LEASES.c.usage_rolled).where(LEASES.c.id == lease["id"])
+        deadline = time.monotonic() + 60
+        while db.read(lambda conn: conn.execute(marked).scalar_one()) == 0:
+            assert time.monotonic() < deadline, "the leader did not roll up the released lease within 60 s"
+            time.sleep(0.1)
+        held = (
+            datetime.fromisoformat(lease["released_at"]) - datetime.fromisoformat(lease["granted_at"])
+        ).total_seconds()
+        since = datetime.fromisoformat(lease["granted_at"]) - timedelta(hours=2)
+        body = api.ok("GET", "/v1/usage", params={"since": since.isoformat(), "by": "subject,pool,hour"})
+        rows = [row for row in body["rows"] if row["pool"] == world.pool]
+        assert sum(row["total"]["gpu"] for row in rows) == pytest.approx(2 * held, abs=0.002)
+        assert sum(row["leases"] for row in rows) == len(rows) >= 1
