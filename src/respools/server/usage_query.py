@@ -32,7 +32,6 @@ from respools.server.usage import (
     LEASES,
     Dimension,
     Ledger,
-    Sums,
     Totals,
     ceil,
     floor,
@@ -40,7 +39,7 @@ from respools.server.usage import (
     read_intervals,
     width_of,
 )
-from respools.server.usage_rollup import LONG, ROLLED_SHORT
+from respools.server.usage_rollup import LONG, ROLLED_SHORT, row_sums
 
 WIDTH_NAMES = {HOUR: "hour", DAY: "day"}
 Span = tuple[timedelta, datetime, datetime]
@@ -88,8 +87,7 @@ def _rolled_up(ledger: Ledger, conn: sa.Connection, span: Span, subject: str | N
     if subject is not None:
         query = query.where(c.subject == subject)
     for row in conn.execute(query):
-        sums = Sums(dict(row.held), dict(row.borrowed), dict(row.preempted), dict(row.lost), row.leases, row.starts)
-        ledger.add_sums(row.subject, row.pool, row.bucket, sums)
+        ledger.add_sums(row.subject, row.pool, row.bucket, row_sums(row))
 
 
 def _rolled_up_leases(

@@ -120,7 +120,7 @@ def _merge(conn: sa.Connection, cells: dict[CellKey, Sums]) -> None:
             for row in conn.execute(sa.select(USAGE_ROLLUP).where(c.width == width, c.bucket.in_(chunk))):
                 key = (row.width, row.bucket, row.subject, row.pool)
                 if key in cells:
-                    cells[key].add(_sums(row), row.leases)
+                    cells[key].add(row_sums(row), row.leases)
                     existing.add(key)
     rows = [
         {
@@ -163,7 +163,8 @@ def _merge(conn: sa.Connection, cells: dict[CellKey, Sums]) -> None:
         )
 
 
-def _sums(row: sa.Row[Any]) -> Sums:
+def row_sums(row: sa.Row[Any]) -> Sums:
+    """A ``usage_rollup`` row's sums."""
     return Sums(dict(row.held), dict(row.borrowed), dict(row.preempted), dict(row.lost), row.leases, row.starts)
 
 
