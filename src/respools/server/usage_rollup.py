@@ -53,6 +53,10 @@ their own index."""
 ROLLED_SHORT, ROLLED_LONG = 1, 2
 BATCH = 5000
 CHUNK = 500
+ANALYZE_AFTER = 50_000
+"""After rolling up this many leases at once (an upgraded history), PostgreSQL's statistics still say
+most leases are not rolled up, and the planner would read the whole table for the few that are not;
+the leader then analyzes ``leases`` rather than waiting for autovacuum."""
 """Keys per statement where a batch names rows (SQLite bounds the parameters of one statement)."""
 LOCK_KEY = 0x7265_7370_7573_6167  # "respusag": one fixed bigint per database
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,9 +68,10 @@ def _chunks(items: list[T]) -> list[list[T]]:
     return [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
 
 
-def roll_up(tx: Tx, limit: int = BATCH) -> int:
-    """Sum up to ``limit`` ended, not yet rolled-up leases into the roll-up and mark them; returns how
-    many it took (fewer than ``limit``: none are left)."""
+def roll_up(tx: Tx, limit: int = BATCH, granted_from: datetime | None = None) -> list[datetime]:
+    """Sum up to ``limit`` ended, not yet rolled-up leases (granted at ``granted_from`` or later, when
+    given) into the roll-up and mark them; returns their grant times, in order (fewer than ``limit``:
+    none are left)."""
     conn = tx.conn
     if tx.is_postgres:
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": LOCK_KEY})
@@ -76,12 +81,13 @@ def roll_up(tx: Tx, limit: int = BATCH) -> int:
             sa.text(UNROLLED_SQL),
             LEASES.c.released_at.is_not(None),
             LEASES.c.state.not_in([s.value for s in LIVE_LEASE_STATES]),
+            LEASES.c.granted_at >= (granted_from or EPOCH),
         )
         .order_by(LEASES.c.granted_at)
         .limit(limit)
     ).all()
     if not rows:
-        return 0
+        return []
     leases = [as_interval(row, tx.now) for row in rows]
     cells: dict[CellKey, Sums] = {}
     for name, dimension in WIDTHS.items():
@@ -106,7 +112,7 @@ def roll_up(tx: Tx, limit: int = BATCH) -> int:
             marked += conn.execute(update).rowcount
     if marked != len(rows):
         raise RuntimeError(f"usage roll-up: marked {marked} of {len(rows)} leases; another writer raced it")
-    return len(rows)
+    return [lease.start for lease in leases]
 
 
 def _merge(conn: sa.Connection, cells: dict[CellKey, Sums]) -> None:
@@ -169,13 +175,17 @@ def row_sums(row: sa.Row[Any]) -> Sums:
 
 
 def catch_up(db: Database, limit: int = BATCH) -> int:
-    """Roll up every ended lease not rolled up yet, one transaction per ``limit`` leases."""
-    total = 0
+    """Roll up every ended lease not rolled up yet, one transaction per ``limit`` leases, in grant
+    order; each batch starts at the last one's latest grant, so it does not walk again through the
+    index entries of the leases just marked (until vacuum removes them). A lease granted earlier that
+    ends meanwhile is left for the next call."""
+    total, granted_from = 0, None
     while True:
-        done = db.write(lambda tx: roll_up(tx, limit))
-        total += done
-        if done < limit:
+        granted = db.write(lambda tx: roll_up(tx, limit, granted_from))  # noqa: B023
+        total += len(granted)
+        if len(granted) < limit:
             return total
+        granted_from = granted[-1]
 
 
 class RollupWorker:
@@ -207,6 +217,8 @@ class RollupWorker:
                 continue
             try:
                 rolled = catch_up(self._db)
+                if rolled >= ANALYZE_AFTER and self._db.is_postgres:
+                    self._db.write(lambda tx: tx.conn.execute(sa.text("ANALYZE leases")))
             except Exception:
                 log.exception("usage roll-up failed; retrying in %.0f s", self._interval_s)
                 continue
