@@ -88,7 +88,7 @@ class Sums:
     """Exact key-microseconds of one group: ``held`` (all of it; in share is held minus borrowed),
     ``borrowed``, ``preempted``, ``lost``. ``leases`` counts the leases of the group; ``starts``, the
     pieces that begin at their lease's grant (what a pre-summed bucket needs to count a lease once
-    across several buckets, see :meth:`Ledger.add_sums`)."""
+    across several buckets, see :mod:`usage_query`)."""
 
     held: dict[str, int] = field(default_factory=dict)
     borrowed: dict[str, int] = field(default_factory=dict)
@@ -149,12 +149,12 @@ def pieces(
 
 class Ledger:
     """Groups keyed by ``by`` (in that order) over a window starting at ``since``, fed lease intervals
-    (:meth:`add_interval`) and pre-summed buckets (:meth:`add_sums`).
+    (:meth:`add_interval`) and pre-summed amounts.
 
     A lease counts once per group: in the piece holding its first moment in the group (its grant, or
-    the group's start when it was granted before). Feeding the window in parts — pre-summed buckets,
-    the leases not summed yet, the window's ragged edges — thus counts each lease exactly as feeding it
-    whole would."""
+    the group's start when it was granted before). Feeding the window in parts — pre-summed buckets
+    (:meth:`add_amounts`), the leases not summed yet, the window's ragged edges — thus counts each
+    lease exactly as feeding it whole would."""
 
     def __init__(self, by: Sequence[Dimension], since: datetime) -> None:
         self.by = list(by)
@@ -192,13 +192,18 @@ class Ledger:
                 _add(sums.preempted, lease.resources, micros)
                 _add(sums.lost, lease.resources, max(0, (piece_end - max(piece_start, lost_from)) // MICROSECOND))
 
-    def add_sums(self, subject: str, pool: str, bucket: datetime, sums: Sums) -> None:
-        """A pre-summed bucket (an hour or a day, no wider than the grouping's buckets) wholly inside the
-        window: its ``leases`` are every lease in it, its ``starts`` those granted in it; the first count
-        where the group starts at this bucket, else only the leases that start here."""
-        group_bucket = floor(bucket, self.width) if self.width is not None else None
-        first = bucket == self._group_start(group_bucket)
-        self._group(subject, pool, group_bucket).add(sums, sums.leases if first else sums.starts)
+    def add_amounts(
+        self, subject: str, pool: str, bucket: datetime | None, key: str, amounts: Sequence[int], leases: int
+    ) -> None:
+        """Pre-summed key-microseconds of ``key`` (held, borrowed, preempted, lost) and ``leases`` more
+        leases, into the group of ``bucket`` (a start of the grouping's buckets, or ``None``); the caller
+        counts each lease once (see :mod:`usage_query`). An empty ``key`` carries only the count."""
+        sums = self._group(subject, pool, bucket)
+        sums.leases += leases
+        if not key:
+            return
+        for into, amount in zip((sums.held, sums.borrowed, sums.preempted, sums.lost), amounts, strict=True):
+            into[key] = into.get(key, 0) + int(amount)
 
     def totals(self) -> dict[GroupKey, Totals]:
         return {key: sums.totals() for key, sums in self.groups.items()}

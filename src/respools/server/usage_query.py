@@ -39,7 +39,7 @@ from respools.server.usage import (
     read_intervals,
     width_of,
 )
-from respools.server.usage_rollup import LONG, ROLLED_SHORT, row_sums
+from respools.server.usage_rollup import LONG, ROLLED_SHORT
 
 WIDTH_NAMES = {HOUR: "hour", DAY: "day"}
 Span = tuple[timedelta, datetime, datetime]
@@ -80,14 +80,48 @@ def snapshot(conn: sa.Connection) -> Iterator[None]:
         conn.exec_driver_sql("ROLLBACK")
 
 
+def _group_spans(span: Span, width: timedelta | None) -> list[Span]:
+    """``span`` cut where the grouping's buckets change, when they are wider than its own (hours of a
+    window grouped by day); else whole."""
+    span_width, start, end = span
+    if width is None or width == span_width:
+        return [span]
+    cuts = [start]
+    while (nxt := floor(cuts[-1], width) + width) < end:
+        cuts.append(nxt)
+    return [(span_width, a, b) for a, b in zip(cuts, [*cuts[1:], end], strict=True)]
+
+
 def _rolled_up(ledger: Ledger, conn: sa.Connection, span: Span, subject: str | None) -> None:
+    """The roll-up's rows of ``span``, summed in the database into the ledger's groups. Where the
+    span's buckets are the grouping's, each is its own group and counts all its leases; else the
+    span lies in one group, which counts, besides the leases granted in each bucket (``starts``), all
+    those of the bucket the group starts at."""
     width, start, end = span
     c = USAGE_ROLLUP.c
-    query = sa.select(USAGE_ROLLUP).where(c.width == WIDTH_NAMES[width], c.bucket >= start, c.bucket < end)
+    per_bucket = ledger.width == width
+    group_bucket = None if ledger.width is None else floor(start, ledger.width)
+    first = ledger.since if group_bucket is None else max(group_bucket, ledger.since)
+    counted = c.leases if per_bucket else sa.case((c.bucket == first, c.leases), else_=c.starts)
+    names = [c.subject, c.pool, c.key, *([c.bucket] if per_bucket else [])]
+    query = (
+        sa.select(
+            *names,
+            sa.func.sum(c.held).label("held"),
+            sa.func.sum(c.borrowed).label("borrowed"),
+            sa.func.sum(c.preempted).label("preempted"),
+            sa.func.sum(c.lost).label("lost"),
+            sa.func.sum(counted).label("counted"),
+        )
+        .where(c.width == WIDTH_NAMES[width], c.bucket >= start, c.bucket < end)
+        .group_by(*names)
+    )
     if subject is not None:
         query = query.where(c.subject == subject)
     for row in conn.execute(query):
-        ledger.add_sums(row.subject, row.pool, row.bucket, row_sums(row))
+        bucket = row.bucket if per_bucket else group_bucket
+        amounts = (row.held, row.borrowed, row.preempted, row.lost)
+        ledger.add_amounts(row.subject, row.pool, bucket, row.key, amounts, int(row.counted))
 
 
 def _rolled_up_leases(
@@ -122,7 +156,8 @@ def usage_totals(
     spans, edges = split(since, until, widths)
     with snapshot(conn):
         for span in spans:
-            _rolled_up(ledger, conn, span, subject)
+            for part in _group_spans(span, ledger.width):
+                _rolled_up(ledger, conn, part, subject)
         for start, end in edges:
             _rolled_up_leases(ledger, conn, start, end, now, subject)
         unrolled = sa.select(*INTERVAL_COLUMNS).where(sa.text(UNROLLED_SQL), overlapping(since, until))

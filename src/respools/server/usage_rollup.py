@@ -2,7 +2,7 @@
 
 A usage query over a month used to cut every lease of the month into its buckets on each read (seconds
 on a busy history, see ``benchmarks/usage_query.py``). Here each lease is cut and summed once, after it
-ended, into ``usage_rollup`` (exact integer key-microseconds), and ``leases.usage_rolled`` is set in the
+ended, into ``usage_rollup`` (exact integer key-microseconds, one row per key), and ``leases.usage_rolled`` is set in the
 same transaction. Which leases are rolled up is thus recorded per lease, not as a time watermark: a
 lease that ends late, a lease that was running when its buckets closed, a row written with past times —
 each is summed on read until it is rolled up, and from then on only from the roll-up; never both, never
@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from respools.model import LIVE_LEASE_STATES
 from respools.server.db.database import Database, Tx
@@ -115,63 +117,39 @@ def roll_up(tx: Tx, limit: int = BATCH, granted_from: datetime | None = None) ->
     return [lease.start for lease in leases]
 
 
+COUNTS_KEY = ""
+"""The key of the row that carries a bucket's lease counts (its amounts are 0); no pool key is empty."""
+
+
+def _rows(cells: dict[CellKey, Sums]) -> list[dict[str, Any]]:
+    rows = []
+    for (width, bucket, subject, pool), sums in cells.items():
+        cell = {"width": width, "bucket": bucket, "subject": subject, "pool": pool}
+        rows.append(
+            cell
+            | {"key": COUNTS_KEY, "held": 0, "borrowed": 0, "preempted": 0, "lost": 0}
+            | {"leases": sums.leases, "starts": sums.starts}
+        )
+        for key in sums.held.keys() | sums.borrowed.keys():
+            amounts = {
+                "held": sums.held.get(key, 0),
+                "borrowed": sums.borrowed.get(key, 0),
+                "preempted": sums.preempted.get(key, 0),
+                "lost": sums.lost.get(key, 0),
+            }
+            rows.append(cell | {"key": key} | amounts | {"leases": 0, "starts": 0})
+    return rows
+
+
 def _merge(conn: sa.Connection, cells: dict[CellKey, Sums]) -> None:
-    """Add ``cells`` to the roll-up rows of the same keys: read the rows of the buckets they touch,
-    update those that exist, insert the rest."""
-    c = USAGE_ROLLUP.c
-    existing: set[CellKey] = set()
-    for width in WIDTHS:
-        buckets = sorted({bucket for name, bucket, _, _ in cells if name == width})
-        for chunk in _chunks(buckets):
-            for row in conn.execute(sa.select(USAGE_ROLLUP).where(c.width == width, c.bucket.in_(chunk))):
-                key = (row.width, row.bucket, row.subject, row.pool)
-                if key in cells:
-                    cells[key].add(row_sums(row), row.leases)
-                    existing.add(key)
-    rows = [
-        {
-            "k_width": width,
-            "k_bucket": bucket,
-            "k_subject": subject,
-            "k_pool": pool,
-            "held": sums.held,
-            "borrowed": sums.borrowed,
-            "preempted": sums.preempted,
-            "lost": sums.lost,
-            "leases": sums.leases,
-            "starts": sums.starts,
-        }
-        for (width, bucket, subject, pool), sums in cells.items()
-    ]
-    updates = [row for row in rows if (row["k_width"], row["k_bucket"], row["k_subject"], row["k_pool"]) in existing]
-    inserts = [
-        row for row in rows if (row["k_width"], row["k_bucket"], row["k_subject"], row["k_pool"]) not in existing
-    ]
-    if updates:
-        conn.execute(
-            USAGE_ROLLUP.update().where(
-                c.width == sa.bindparam("k_width"),
-                c.bucket == sa.bindparam("k_bucket"),
-                c.subject == sa.bindparam("k_subject"),
-                c.pool == sa.bindparam("k_pool"),
-            ),
-            updates,
-        )
-    if inserts:
-        conn.execute(
-            USAGE_ROLLUP.insert().values(
-                width=sa.bindparam("k_width"),
-                bucket=sa.bindparam("k_bucket"),
-                subject=sa.bindparam("k_subject"),
-                pool=sa.bindparam("k_pool"),
-            ),
-            inserts,
-        )
-
-
-def row_sums(row: sa.Row[Any]) -> Sums:
-    """A ``usage_rollup`` row's sums."""
-    return Sums(dict(row.held), dict(row.borrowed), dict(row.preempted), dict(row.lost), row.leases, row.starts)
+    """Add ``cells`` to the roll-up: one upsert that adds to the rows of the same keys."""
+    insert = (pg_insert if conn.dialect.name == "postgresql" else sqlite_insert)(USAGE_ROLLUP)
+    added = {
+        name: USAGE_ROLLUP.c[name] + insert.excluded[name]
+        for name in ("held", "borrowed", "preempted", "lost", "leases", "starts")
+    }
+    statement = insert.on_conflict_do_update(index_elements=list(USAGE_ROLLUP.primary_key.columns), set_=added)
+    conn.execute(statement, _rows(cells))
 
 
 def catch_up(db: Database, limit: int = BATCH) -> int:

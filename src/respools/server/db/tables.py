@@ -229,19 +229,26 @@ class OutboxRow(SQLModel, table=True):
     data: dict[str, Any] = _json()
 
 
+ROLLUP_AMOUNT = sa.BigInteger().with_variant(sa.Numeric(38, 0), "postgresql")
+"""Key-microseconds: exact integers; PostgreSQL's numeric never overflows, SQLite's 64-bit integers fail
+loudly past 9.2e18 (a hundred million units held for a whole day in one subject and pool)."""
+
+
 class UsageRollupRow(SQLModel, table=True):
-    """Ended leases' usage pre-summed per hour and per day (``width``), subject and pool, in exact
-    key-microseconds (JSON objects of integers); see :mod:`respools.server.usage_rollup`."""
+    """Ended leases' usage pre-summed per hour and per day (``width``), subject, pool and key, in exact
+    key-microseconds; the key ``""`` row of each bucket, subject and pool carries its lease counts (see
+    :mod:`respools.server.usage_rollup`)."""
 
     __tablename__ = "usage_rollup"
     width: str = Field(primary_key=True, max_length=4)
     bucket: datetime = Field(sa_column=sa.Column(UtcDateTime(), primary_key=True))
     subject: str = Field(primary_key=True, max_length=63)
     pool: str = Field(primary_key=True, max_length=63)
-    held: dict[str, int] = _json()
-    borrowed: dict[str, int] = _json()
-    preempted: dict[str, int] = _json()
-    lost: dict[str, int] = _json()
+    key: str = Field(primary_key=True, max_length=63)
+    held: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
+    borrowed: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
+    preempted: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
+    lost: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
     leases: int
     starts: int
 

@@ -1,7 +1,7 @@
-"""Usage roll-up: ``usage_rollup`` holds ended leases' usage pre-summed per hour and per day, subject and
-pool; ``leases.usage_rolled`` says which leases it holds (0: not yet, 1: yes, 2: yes and held longer than
-a day), with the indexes a usage query reads the rest through: the leases not rolled up
-(``ix_leases_unrolled``), and on the window's ragged edges the rolled-up ones by grant
+"""Usage roll-up: ``usage_rollup`` holds ended leases' usage pre-summed per hour and per day, subject,
+pool and key (exact integer key-microseconds); ``leases.usage_rolled`` says which leases it holds (0:
+not yet, 1: yes, 2: yes and held longer than a day), with the indexes a usage query reads the rest
+through: the leases not rolled up (``ix_leases_unrolled``), and on the window's ragged edges the rolled-up ones by grant
 (``ix_leases_granted``) or, for the few long ones, by end (``ix_leases_rolled_long``). Existing leases
 start at 0 and the leader rolls them up in batches after the upgrade; until then they are summed on read
 as before.
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import postgresql
 
 revision = "0006_usage_rollup"
 down_revision = "0005_lease_tokens"
@@ -36,17 +35,18 @@ def upgrade() -> None:
         # the planner has no statistics for the new column yet: without them it takes "usage_rolled = 0"
         # for a rare value and reads the whole history for each roll-up batch until autovacuum analyzes
         op.execute("ANALYZE leases")
-    json_type = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+    amount = sa.BigInteger().with_variant(sa.Numeric(38, 0), "postgresql")
     op.create_table(
         "usage_rollup",
         sa.Column("width", sa.String(length=4), primary_key=True),
         sa.Column("bucket", sa.DateTime(timezone=True), primary_key=True),
         sa.Column("subject", sa.String(length=63), primary_key=True),
         sa.Column("pool", sa.String(length=63), primary_key=True),
-        sa.Column("held", json_type, nullable=False),
-        sa.Column("borrowed", json_type, nullable=False),
-        sa.Column("preempted", json_type, nullable=False),
-        sa.Column("lost", json_type, nullable=False),
+        sa.Column("key", sa.String(length=63), primary_key=True),
+        sa.Column("held", amount, nullable=False),
+        sa.Column("borrowed", amount, nullable=False),
+        sa.Column("preempted", amount, nullable=False),
+        sa.Column("lost", amount, nullable=False),
         sa.Column("leases", sa.Integer(), nullable=False),
         sa.Column("starts", sa.Integer(), nullable=False),
     )
