@@ -3,8 +3,8 @@
 A usage query over a month used to cut every lease of the month into its buckets on each read (seconds
 on a busy history, see ``benchmarks/usage_query.py``). Here each lease is cut and summed once, after it
 ended, into ``usage_rollup`` (exact integer key-microseconds, one row per key), and
-``leases.usage_rolled`` is set in the same transaction. Which leases are rolled up is thus recorded per lease, not as a time watermark: a
-lease that ends late, a lease that was running when its buckets closed, a row written with past times —
+``leases.usage_rolled`` is set in the same transaction. Which leases are rolled up is thus recorded per
+lease, not as a time watermark: a lease that ends late, a lease that was running when its buckets closed, a row written with past times —
 each is summed on read until it is rolled up, and from then on only from the roll-up; never both, never
 neither (:mod:`usage_query` reads both sides in one snapshot).
 
