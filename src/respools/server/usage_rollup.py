@@ -4,9 +4,9 @@ A usage query over a month used to cut every lease of the month into its buckets
 on a busy history, see ``benchmarks/usage_query.py``). Here each lease is cut and summed once, after it
 ended, into ``usage_rollup`` (exact integer key-microseconds, one row per key), and
 ``leases.usage_rolled`` is set in the same transaction. Which leases are rolled up is thus recorded per
-lease, not as a time watermark: a lease that ends late, a lease that was running when its buckets closed, a row written with past times —
-each is summed on read until it is rolled up, and from then on only from the roll-up; never both, never
-neither (:mod:`usage_query` reads both sides in one snapshot).
+lease, not as a time watermark: a lease that ends late, a lease that was running when its buckets
+closed, a row written with past times — each is summed on read until it is rolled up, and from then on
+only from the roll-up; never both, never neither (:mod:`usage_query` reads both sides in one snapshot).
 
 Only leases in an end state are rolled up: nothing changes an ended lease's row afterwards (a
 checkpoint report needs a live lease), so its sums are final.
