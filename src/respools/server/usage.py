@@ -162,7 +162,7 @@ class Ledger:
         self.since = since
         self.groups: dict[GroupKey, Sums] = {}
 
-    def _group(self, subject: str, pool: str, bucket: datetime | None) -> Sums:
+    def _group(self, subject: str | None, pool: str | None, bucket: datetime | None) -> Sums:
         parts = {Dimension.SUBJECT: subject, Dimension.POOL: pool, Dimension.DAY: bucket, Dimension.HOUR: bucket}
         key = tuple(parts[d] for d in self.by)
         sums = self.groups.get(key)
@@ -193,10 +193,17 @@ class Ledger:
                 _add(sums.lost, lease.resources, max(0, (piece_end - max(piece_start, lost_from)) // MICROSECOND))
 
     def add_amounts(
-        self, subject: str, pool: str, bucket: datetime | None, key: str, amounts: Sequence[int], leases: int
+        self,
+        subject: str | None,
+        pool: str | None,
+        bucket: datetime | None,
+        key: str,
+        amounts: Sequence[int],
+        leases: int,
     ) -> None:
         """Pre-summed key-microseconds of ``key`` (held, borrowed, preempted, lost) and ``leases`` more
-        leases, into the group of ``bucket`` (a start of the grouping's buckets, or ``None``); the caller
+        leases, into the group of ``bucket`` (a start of the grouping's buckets, or ``None``; ``subject``
+        and ``pool`` may be ``None`` where the grouping has no such dimension); the caller
         counts each lease once (see :mod:`usage_query`). An empty ``key`` carries only the count."""
         sums = self._group(subject, pool, bucket)
         sums.leases += leases

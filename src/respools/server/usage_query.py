@@ -103,7 +103,10 @@ def _rolled_up(ledger: Ledger, conn: sa.Connection, span: Span, subject: str | N
     group_bucket = None if ledger.width is None else floor(start, ledger.width)
     first = ledger.since if group_bucket is None else max(group_bucket, ledger.since)
     counted = c.leases if per_bucket else sa.case((c.bucket == first, c.leases), else_=c.starts)
-    names = [c.subject, c.pool, c.key, *([c.bucket] if per_bucket else [])]
+    # grouped by the dimensions asked for only: pools summed in the database when only subjects are
+    named = [c.subject] if Dimension.SUBJECT in ledger.by else []
+    named += [c.pool] if Dimension.POOL in ledger.by else []
+    names = [*named, c.key, *([c.bucket] if per_bucket else [])]
     query = (
         sa.select(
             *names,
@@ -121,7 +124,8 @@ def _rolled_up(ledger: Ledger, conn: sa.Connection, span: Span, subject: str | N
     for row in conn.execute(query):
         bucket = row.bucket if per_bucket else group_bucket
         amounts = (row.held, row.borrowed, row.preempted, row.lost)
-        ledger.add_amounts(row.subject, row.pool, bucket, row.key, amounts, int(row.counted))
+        parts = row._mapping
+        ledger.add_amounts(parts.get("subject"), parts.get("pool"), bucket, row.key, amounts, int(row.counted))
 
 
 def _rolled_up_leases(
