@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -104,28 +104,39 @@ def _rolled_up(ledger: Ledger, conn: sa.Connection, span: Span, subject: str | N
     first = ledger.since if group_bucket is None else max(group_bucket, ledger.since)
     counted = c.leases if per_bucket else sa.case((c.bucket == first, c.leases), else_=c.starts)
     # grouped by the dimensions asked for only: pools summed in the database when only subjects are
-    named = [c.subject] if Dimension.SUBJECT in ledger.by else []
-    named += [c.pool] if Dimension.POOL in ledger.by else []
-    names = [*named, c.key, *([c.bucket] if per_bucket else [])]
+    subject_column = c.subject if Dimension.SUBJECT in ledger.by else sa.null()
+    pool_column = c.pool if Dimension.POOL in ledger.by else sa.null()
+    # the bucket as stored (SQLite: text), parsed once per distinct value below rather than per row
+    bucket_column = sa.type_coerce(c.bucket, sa.String) if per_bucket else sa.null()
+    grouped = [column for column in (c.subject, c.pool) if column in (subject_column, pool_column)]
     query = (
         sa.select(
-            *names,
-            sa.func.sum(c.held).label("held"),
-            sa.func.sum(c.borrowed).label("borrowed"),
-            sa.func.sum(c.preempted).label("preempted"),
-            sa.func.sum(c.lost).label("lost"),
-            sa.func.sum(counted).label("counted"),
+            subject_column,
+            pool_column,
+            bucket_column,
+            c.key,
+            sa.func.sum(c.held),
+            sa.func.sum(c.borrowed),
+            sa.func.sum(c.preempted),
+            sa.func.sum(c.lost),
+            sa.func.sum(counted),
         )
         .where(c.width == WIDTH_NAMES[width], c.bucket >= start, c.bucket < end)
-        .group_by(*names)
+        .group_by(*grouped, c.key, *([c.bucket] if per_bucket else []))
     )
     if subject is not None:
         query = query.where(c.subject == subject)
-    for row in conn.execute(query):
-        bucket = row.bucket if per_bucket else group_bucket
-        amounts = (row.held, row.borrowed, row.preempted, row.lost)
-        parts = row._mapping
-        ledger.add_amounts(parts.get("subject"), parts.get("pool"), bucket, row.key, amounts, int(row.counted))
+    buckets: dict[Any, datetime] = {}
+    for row_subject, row_pool, stored, key, *amounts, leases in conn.execute(query).tuples():
+        bucket = group_bucket
+        if per_bucket:
+            bucket = buckets.get(stored) or buckets.setdefault(stored, _as_bucket(stored))
+        ledger.add_amounts(row_subject, row_pool, bucket, key, amounts, int(leases))
+
+
+def _as_bucket(stored: datetime | str) -> datetime:
+    at = datetime.fromisoformat(stored) if isinstance(stored, str) else stored
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
 def _rolled_up_leases(

@@ -147,7 +147,7 @@ class LeaseRow(SQLModel, table=True):
         ),
         sa.Index("ix_leases_subject_granted", "subject", "granted_at"),
         sa.Index("ix_leases_released", "released_at"),
-        sa.Index("ix_leases_granted", "granted_at"),
+        sa.Index("ix_leases_granted", "granted_at", "released_at"),
         sa.Index(
             "ix_leases_unrolled",
             "granted_at",

@@ -1,10 +1,10 @@
-"""Usage roll-up: ``usage_rollup`` holds ended leases' usage pre-summed per hour and per day, subject,
-pool and key (exact integer key-microseconds); ``leases.usage_rolled`` says which leases it holds (0:
-not yet, 1: yes, 2: yes and held longer than a day), with the indexes a usage query reads the rest
-through: the leases not rolled up (``ix_leases_unrolled``), and on the window's ragged edges the rolled-up ones by grant
-(``ix_leases_granted``) or, for the few long ones, by end (``ix_leases_rolled_long``). Existing leases
-start at 0 and the leader rolls them up in batches after the upgrade; until then they are summed on read
-as before.
+"""Usage roll-up: ``usage_rollup`` holds ended leases' usage pre-summed per hour and per day, subject, pool
+and key (exact integer key-microseconds); ``leases.usage_rolled`` says which leases it holds (0: not
+yet, 1: yes, 2: yes and held longer than a day), with the indexes a usage query reads the rest through:
+the leases not rolled up (``ix_leases_unrolled``), and on the window's ragged edges the rolled-up ones
+by grant (``ix_leases_granted``, with the end beside it so that only the overlapping ones are read) or,
+for the few long ones, by end (``ix_leases_rolled_long``). Existing leases start at 0 and the leader
+rolls them up in batches after the upgrade; until then they are summed on read as before.
 
 Revision ID: 0006_usage_rollup
 Revises: 0005_lease_tokens
@@ -25,7 +25,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("leases") as batch:
         batch.add_column(sa.Column("usage_rolled", sa.Integer(), nullable=False, server_default="0"))
-    op.create_index("ix_leases_granted", "leases", ["granted_at"])
+    op.create_index("ix_leases_granted", "leases", ["granted_at", "released_at"])
     for name, column, where in (
         ("ix_leases_unrolled", "granted_at", "usage_rolled = 0"),
         ("ix_leases_rolled_long", "released_at", "usage_rolled = 2"),
