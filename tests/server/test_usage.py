@@ -3,15 +3,12 @@ lease granted and released through the API showing up in the ledger."""
 
 from __future__ import annotations
 
-import random
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from respools.server import usage as ledger
-from respools.server import usage_sql
 from respools.server.db.tables import LeaseRow, table
 from tests.server.conftest import Api
 
@@ -182,41 +179,3 @@ def test_a_checkpoint_report_splits_preempted_work_into_lost_and_kept(api: Api) 
     assert row["preempted"]["gpu"] == pytest.approx(2 * seconds(lease["released_at"], lease["granted_at"]), abs=0.002)
     assert row["lost"]["gpu"] == pytest.approx(2 * seconds(lease["released_at"], lease["checkpointed_at"]), abs=0.002)
     assert row["lost"]["gpu"] < row["preempted"]["gpu"]
-
-
-def test_the_database_sums_equal_the_python_sums(api: Api) -> None:
-    """On PostgreSQL the ledger is summed in SQL (``usage_sql``); on random histories — leases across
-    day and hour boundaries and the window's edges, live ones, preempted ones with and without a
-    checkpoint, several keys — it answers what the Python sums of the same rows answer."""
-    db = api.client.app.state.services.db  # type: ignore[attr-defined]
-    if not db.read(usage_sql.supported):
-        pytest.skip("the SQL path is PostgreSQL's")
-    rng = random.Random(26)
-    subject = f"eq-{uuid.uuid4().hex[:8]}"
-    now = datetime.now(UTC)
-    for i in range(60):
-        granted = now - timedelta(seconds=rng.uniform(0, 4 * 86400))
-        ended = None if i % 10 == 0 else min(now, granted + timedelta(seconds=rng.expovariate(1 / 20000)))
-        preempted = ended is not None and i % 3 == 0
-        checkpoint = None
-        if ended is not None and preempted and i % 2 == 0:
-            checkpoint = granted + (ended - granted) * rng.random()
-        put_lease(
-            api, subject, f"eq-pool-{i % 3}", resources={"gpu": rng.choice((500, 1000, 4000)), "mcpu": 2000},
-            borrowed={"gpu": 500} if i % 4 == 0 else {},
-            state="preempted" if preempted else ("active" if ended is None else "released"),
-            granted_at=granted, released_at=ended, checkpointed_at=checkpoint,
-        )  # fmt: skip
-    since, until = now - timedelta(days=3, hours=5, minutes=7), now - timedelta(minutes=3)
-    for by in (["subject", "pool"], ["subject", "day"], ["pool", "hour"], ["subject"]):
-        dims = [ledger.Dimension(d) for d in by]
-        in_sql = db.read(lambda conn: usage_sql.aggregate_in_database(conn, since, until, now, subject, dims))  # noqa: B023
-        spans = db.read(lambda conn: ledger.intervals(conn, since, until, now, subject))
-        in_python = ledger.aggregate(spans, since, until, dims)
-        assert in_sql.keys() == in_python.keys(), by
-        for key, expected in in_python.items():
-            got = in_sql[key]
-            assert got.leases == expected.leases, (by, key)
-            for kind in ("in_share", "borrowed", "preempted", "lost"):
-                want = {k: v for k, v in getattr(expected, kind).items() if v}
-                assert getattr(got, kind) == pytest.approx(want, rel=1e-9, abs=1e-3), (by, key, kind)

@@ -30,9 +30,11 @@ from respools.server.ops.requests import fetch_many
 from respools.server.ops.status import pool_statuses
 from respools.server.ops.tokens import bootstrap_admin_token, ensure_admin_token
 from respools.server.reconciler import Reconciler
+from respools.server.reconciler.loop import Role
 from respools.server.renewals import Renewals
 from respools.server.settings import Settings
 from respools.server.usage_metrics import UsageCollector
+from respools.server.usage_rollup import RollupWorker
 from respools.server.watchers import EventFeed, RequestWatch
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,8 @@ class Services:
     """Heartbeats renewed in memory, written once per interval."""
     request_reads: BatchedReads[Request]
     """Long-polls read their request together."""
+    rollup: RollupWorker | None = None
+    """Sums ended leases into the usage roll-up while this process leads."""
     listener: PgListener | None = None
     request_watch: RequestWatch | None = None
     event_feed: EventFeed | None = None
@@ -82,6 +86,8 @@ class Services:
         bus.subscribe(reconciler.on_changes)
         metrics.add_pool_collector(lambda: pool_statuses(db, definitions))
         metrics.registry.register(UsageCollector(db))
+        if settings.run_reconciler:
+            services.rollup = RollupWorker(db, lambda: reconciler.role == Role.LEADER, settings.usage_rollup_s)
         if db.is_postgres:
             services.listener = PgListener(db.url, bus)
         return services
@@ -103,6 +109,8 @@ class Services:
         if self.listener is not None:
             self.listener.start()
         self.reconciler.start()
+        if self.rollup is not None:
+            self.rollup.start()
         self.started = True
 
     def attach_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -132,6 +140,8 @@ class Services:
                 log.info("woke %d long-polls whose notification was lost", woken)
 
     def stop(self) -> None:
+        if self.rollup is not None:
+            self.rollup.stop()
         self.reconciler.stop()
         if self.listener is not None:
             self.listener.stop()

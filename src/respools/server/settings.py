@@ -49,6 +49,9 @@ class Settings(BaseModel):
     db_pool_size: int = Field(default=10, ge=1)
     db_max_overflow: int = Field(default=20, ge=0)
     run_reconciler: bool = Field(default=True, description="take part in leader election in this process")
+    usage_rollup_s: float = Field(
+        default=10.0, gt=0, le=3600, description="how often the leader sums newly ended leases into the usage roll-up"
+    )
     log_level: str = "INFO"
     log_json: bool = True
     access_log: bool = Field(default=False, description="log every HTTP request")

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from respools.model import GPU, MILLI
 from respools.server import usage
 from respools.server.db.database import Database
-from respools.server.usage_sql import usage_totals
+from respools.server.usage_query import usage_totals
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 KINDS = ("in_share", "borrowed", "preempted", "lost")

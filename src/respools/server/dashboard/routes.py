@@ -42,7 +42,7 @@ from respools.server.errors import ApiError, not_found
 from respools.server.ops import leases, pools, requests
 from respools.server.schemas import PreemptSpec
 from respools.server.services import Services
-from respools.server.usage_sql import usage_totals
+from respools.server.usage_query import usage_totals
 
 STREAM_WAKE_S = 15.0
 """A stream re-checks its session at least this often, so a revoked token's page stops updating."""

@@ -19,7 +19,7 @@ from respools.server import usage
 from respools.server.dashboard.bar_charts import BarChart, Segment, gpu_hours, stacked_bars
 from respools.server.dashboard.chargeback import ChargeRow, charge_rows
 from respools.server.errors import invalid
-from respools.server.usage_sql import usage_totals
+from respools.server.usage_query import usage_totals
 
 MAX_DAYS = 400
 """As ``GET /v1/usage``'s widest window."""

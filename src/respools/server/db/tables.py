@@ -18,6 +18,8 @@ from respools.server.db.types import UtcDateTime, json_type
 
 LIVE_STATES_SQL = "state IN ('granted', 'active', 'preempting')"
 PENDING_SQL = "state = 'pending'"
+UNROLLED_SQL = "usage_rolled = 0"
+ROLLED_LONG_SQL = "usage_rolled = 2"
 
 
 def _time(nullable: bool = False, index: bool = False) -> Any:
@@ -145,6 +147,19 @@ class LeaseRow(SQLModel, table=True):
         ),
         sa.Index("ix_leases_subject_granted", "subject", "granted_at"),
         sa.Index("ix_leases_released", "released_at"),
+        sa.Index("ix_leases_granted", "granted_at", "released_at"),
+        sa.Index(
+            "ix_leases_unrolled",
+            "granted_at",
+            postgresql_where=sa.text(UNROLLED_SQL),
+            sqlite_where=sa.text(UNROLLED_SQL),
+        ),
+        sa.Index(
+            "ix_leases_rolled_long",
+            "released_at",
+            postgresql_where=sa.text(ROLLED_LONG_SQL),
+            sqlite_where=sa.text(ROLLED_LONG_SQL),
+        ),
     )
     id: str = Field(primary_key=True, max_length=64)
     request_id: str = Field(max_length=64, index=True)
@@ -171,6 +186,9 @@ class LeaseRow(SQLModel, table=True):
     released_at: datetime | None = _time(nullable=True)
     checkpointed_at: datetime | None = _time(nullable=True)
     checkpoints: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    usage_rolled: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    """0 while the lease is not summed into ``usage_rollup`` (live, or ended since the last roll-up);
+    1 once it is, 2 once it is and it was held longer than a day (see :mod:`respools.server.usage_rollup`)."""
 
 
 class EventRow(SQLModel, table=True):
@@ -211,6 +229,30 @@ class OutboxRow(SQLModel, table=True):
     data: dict[str, Any] = _json()
 
 
+ROLLUP_AMOUNT = sa.BigInteger().with_variant(sa.Numeric(38, 0), "postgresql")
+"""Key-microseconds: exact integers; PostgreSQL's numeric never overflows, SQLite's 64-bit integers fail
+loudly past 9.2e18 (a hundred million units held for a whole day in one subject and pool)."""
+
+
+class UsageRollupRow(SQLModel, table=True):
+    """Ended leases' usage pre-summed per hour and per day (``width``), subject, pool and key, in exact
+    key-microseconds; the key ``""`` row of each bucket, subject and pool carries its lease counts (see
+    :mod:`respools.server.usage_rollup`)."""
+
+    __tablename__ = "usage_rollup"
+    width: str = Field(primary_key=True, max_length=4)
+    bucket: datetime = Field(sa_column=sa.Column(UtcDateTime(), primary_key=True))
+    subject: str = Field(primary_key=True, max_length=63)
+    pool: str = Field(primary_key=True, max_length=63)
+    key: str = Field(primary_key=True, max_length=63)
+    held: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
+    borrowed: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
+    preempted: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
+    lost: int = Field(sa_column=sa.Column(ROLLUP_AMOUNT, nullable=False))
+    leases: int
+    starts: int
+
+
 def table(model: type[SQLModel]) -> sa.Table:
     """The Core table behind a SQLModel class."""
     return cast(sa.Table, vars(model)["__table__"])
@@ -229,3 +271,4 @@ REQUESTS = table(RequestRow)
 LEASES = table(LeaseRow)
 EVENTS = table(EventRow)
 OUTBOX = table(OutboxRow)
+USAGE_ROLLUP = table(UsageRollupRow)

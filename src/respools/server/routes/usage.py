@@ -15,7 +15,7 @@ from respools.server import usage
 from respools.server.auth import visible_subject
 from respools.server.errors import forbidden, invalid
 from respools.server.routes.deps import ERRORS, Auth, ServicesDep
-from respools.server.usage_sql import usage_totals
+from respools.server.usage_query import usage_totals
 
 router = APIRouter(prefix="/v1/usage", tags=["usage"], responses=ERRORS)
 
@@ -107,7 +107,8 @@ def get_usage(
         both = dict(totals.in_share)
         usage.add_floats(both, totals.borrowed)
         rows.append(
-            UsageRow(
+            # built from the ledger's own values, so not validated again: a month by hour is thousands of rows
+            UsageRow.model_construct(
                 subject=named.get(usage.Dimension.SUBJECT),
                 pool=named.get(usage.Dimension.POOL),
                 bucket=named.get(usage.Dimension.DAY, named.get(usage.Dimension.HOUR)),
