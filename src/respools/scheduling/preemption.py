@@ -34,16 +34,47 @@ class Plan:
     reason: PreemptReason
 
 
-def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool = True) -> Plan | None:
-    """The minimal set of victims for ``rv`` on ``pool``, or None. A set taken by reclaim that keeps
-    some of the waiter's own victims may leave its subject above its reserved share after all: the
-    waiter is then planned again as one that may not reclaim (other reasons, its own leases)."""
+@dataclass(frozen=True, slots=True)
+class Futile:
+    """Planning for a waiter found no victims in a way that only some changes to the pool can undo:
+    there was no candidate, or releasing every candidate would not make it fit. Less free capacity,
+    fewer free devices and fewer candidates keep it so. What can undo it: a change to the waiter's own
+    standing, capacity given back to the pool, a key it newly comes short on (whose borrowers become
+    candidates), or a subject it may take from that got a new lease or now borrows on more of those
+    keys. While none of these happened, planning again finds nothing again (``holds``), and the cycle
+    need not plan again for a failed group when something else in its pool changed."""
+
+    grants: int
+    grown: int
+    basis: tuple[frozenset[str], bool, bool]
+    """The short keys, and whether the waiter was within its limit and its reserved share (``_basis``)."""
+    helpers: tuple[SubjectQuota, ...]
+    """The other subjects whose leases the waiter may take (reclaim, priority, fair share)."""
+    their_state: tuple[tuple[int, frozenset[str]], ...]
+
+    def holds(self, pool: PoolState, quota: SubjectQuota, rv: RequestView) -> bool:
+        if self.grants != quota.grants or self.grown != pool.grown:
+            return False
+        basis = _basis(pool, quota, rv, True)
+        return basis[:3] == self.basis and self.their_state == _their_state(self.helpers, basis[0])
+
+
+def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Plan | Futile | None:
+    """The minimal set of victims for ``rv`` on ``pool``; else why there is none, as a ``Futile``
+    where only some changes can undo it (None where any change might)."""
+    return _plan(pool, quota, rv, may_reclaim=True)
+
+
+def _plan(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> Plan | Futile | None:
+    """A set taken by reclaim that keeps some of the waiter's own victims may leave its subject above
+    its reserved share after all: the waiter is then planned again as one that may not reclaim (other
+    reasons, its own leases)."""
     selection = _select(pool, quota, rv, may_reclaim)
-    if selection is None or not _could_fit(pool, quota, rv, selection):
-        return None
+    if selection.empty or not _could_fit(pool, quota, rv, selection):
+        return _futile(pool, quota, selection) if may_reclaim else None
     if selection.reclaim_needs_own and selection.others and _others_suffice(pool, quota, rv, selection):
         # The greedy pass would stop before any own victim, and the set would fail ``_reclaim_holds``.
-        return plan_preemption(pool, quota, rv, may_reclaim=False)
+        return _plan(pool, quota, rv, may_reclaim=False)
     candidates = selection.candidates(quota)
     trial = _Trial(pool, quota, rv)
     try:
@@ -53,12 +84,41 @@ def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_r
     if chosen is None:
         return None
     if not _reclaim_holds(pool, quota, rv, chosen):
-        return plan_preemption(pool, quota, rv, may_reclaim=False)
+        return _plan(pool, quota, rv, may_reclaim=False)
     others = [c for c in chosen if not c.own]
     reason = others[0].why if others else PreemptReason.PRIORITY
     if reason is PreemptReason.RECLAIM and _leans_on_reservation(pool, quota, rv, chosen):
         reason = PreemptReason.RESERVATION
     return Plan(tuple(c.lease for c in chosen), reason)
+
+
+def _futile(pool: PoolState, quota: SubjectQuota, selection: _Selection) -> Futile:
+    _, short, within_limit, reclaim, fair, _ = selection.key
+    helpers: tuple[SubjectQuota, ...] = ()
+    if within_limit:  # otherwise only its own leases are candidates
+        helpers = tuple(
+            [
+                other
+                for other in pool.quotas.values()
+                if other is not quota
+                and (reclaim or quota.priority > other.priority or (fair and quota.priority == other.priority))
+            ]
+        )
+    short = cast(frozenset[str], short)
+    basis = (short, cast(bool, within_limit), cast(bool, reclaim))
+    return Futile(quota.grants, pool.grown, basis, helpers, _their_state(helpers, short))
+
+
+def _their_state(helpers: tuple[SubjectQuota, ...], short: frozenset[str]) -> tuple[tuple[int, frozenset[str]], ...]:
+    """What decides the candidates among these subjects' leases (``_borrowers``): the leases they were
+    granted, and the short keys they borrow on."""
+    return tuple([(q.grants, _borrowing(q, short)) for q in helpers])
+
+
+def _borrowing(quota: SubjectQuota, keys: frozenset[str]) -> frozenset[str]:
+    """The keys of ``keys`` the subject borrows on, judged on ``quota.effective()`` as ``_borrowers`` is."""
+    usage, incoming, leaving, reserved = quota.usage, quota.incoming, quota.leaving, quota.reserved
+    return frozenset([k for k in keys if usage.get(k, 0) - leaving.get(k, 0) + incoming.get(k, 0) > reserved.get(k, 0)])
 
 
 def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> bool:
@@ -251,6 +311,10 @@ class _Selection:
     reclaim_needs_own: bool
     """Reclaim was allowed only with the waiter's own candidates counted as released."""
 
+    @property
+    def empty(self) -> bool:
+        return not self.others and not self.own
+
     def leases(self) -> list[LeaseView]:
         return [lv for _, _, leases in self.others for lv in leases] + self.own
 
@@ -270,11 +334,36 @@ class _Selection:
         return out
 
 
-def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> _Selection | None:
+def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> _Selection:
     """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
     priority or fair share; then the waiter's own leases of lower request priority."""
-    capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
     own, own_released = _victims(quota).below(rv.priority)
+    short, within_limit, reclaim, without_own = _basis(pool, quota, rv, may_reclaim)
+    fair = pool.spec.fair_share_preemption and rv.preemptible
+    # The same for every waiter of this subject that comes short on the same keys, until the pool changes.
+    key = (_Selection, quota.subject, short, within_limit, reclaim, fair)
+    cache = pool.cache()
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
+    others, others_release = cast(tuple[Taken, Vector], found)
+    if not others and not own:
+        return _Selection(others, own, {}, own_released, (*key[1:], rv.priority), others_release, False)
+    released = dict(others_release)
+    add_into(released, own_released)
+    return _Selection(
+        others, own, released, own_released, (*key[1:], rv.priority), others_release, reclaim and not without_own
+    )
+
+
+def _basis(
+    pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool
+) -> tuple[frozenset[str], bool, bool, bool]:
+    """What selection starts from: the keys the waiter comes short on (whose borrowers are candidates),
+    whether it stays within its limit with its own candidates gone, whether it may reclaim, and
+    whether reclaim needs none of its own candidates gone."""
+    capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
+    _, own_released = _victims(quota).below(rv.priority)
     # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
     incoming, leaving = quota.incoming, quota.leaving  # ``quota.effective()`` per key, without a new dict
@@ -295,21 +384,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
             without_own = False
     # Nothing short in the books but no device fits: free devices.
     short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
-    fair = pool.spec.fair_share_preemption and rv.preemptible
-    # The same for every waiter of this subject that comes short on the same keys, until the pool changes.
-    key = (_Selection, quota.subject, short, within_limit, reclaim, fair)
-    cache = pool.cache()
-    found = cache.get(key)
-    if found is None:
-        found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
-    others, others_release = cast(tuple[Taken, Vector], found)
-    if not others and not own:
-        return None
-    released = dict(others_release)
-    add_into(released, own_released)
-    return _Selection(
-        others, own, released, own_released, (*key[1:], rv.priority), others_release, reclaim and not without_own
-    )
+    return short, within_limit, reclaim, without_own
 
 
 def _others(

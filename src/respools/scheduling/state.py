@@ -104,6 +104,8 @@ class SubjectQuota:
     """Demand of waiters that preempted and hold capacity, not yet granted."""
     version: int = 0
     """Bumped whenever the cycle changes this standing; what is derived from it is cached until then."""
+    grants: int = 0
+    """Bumped whenever the cycle grants this subject a lease: a new lease that may be preempted."""
     victims: tuple[int, object] | None = None
     """Preemption planning's view of these leases, with the version it was taken at."""
 
@@ -201,6 +203,9 @@ class PoolState:
     that what was derived from it can be cached until then (see ``preemption``)."""
     derived: dict[object, object] = field(default_factory=dict)
     derived_version: int = 0
+    grown: int = 0
+    """Bumped whenever the cycle gives capacity back to the pool (a grant of the cycle withdrawn):
+    every other change only takes free capacity and devices away."""
 
     def placement_impossible(self, shape: Shape) -> str | None:
         return self.facts.placement_impossible(shape)
