@@ -116,8 +116,11 @@ class _Cycle:
     def _expire(self, leases: Iterable[Lease]) -> list[Lease]:
         now = self.snapshot.now
         live = []
+        preempting = RequestState.PREEMPTING  # an enum member's lookup costs more than the comparison
         for lease in leases:
-            if lease.state == RequestState.PREEMPTING and lease.preempt_deadline and lease.preempt_deadline <= now:
+            fields = lease.__dict__  # every lease, every cycle: pydantic's attribute access costs more
+            deadline = fields["preempt_deadline"]
+            if fields["state"] == preempting and deadline and deadline <= now:
                 # Past the deadline the lease is overdue and keeps its capacity: its workload may still
                 # run on the GPUs. Only a holder silent for a full TTL is taken for gone here; a release
                 # or a backend's confirmed stop ends it outside the cycle (DESIGN §2.8).
@@ -127,7 +130,7 @@ class _Cycle:
                 if lease.overdue_since is None:
                     self.decisions.overdue.append(Overdue(lease.id))
                 live.append(lease)
-            elif lease.expires_at <= now:
+            elif fields["expires_at"] <= now:
                 why = (
                     "it was never started within the pool's initialization window"
                     if lease.started_at is None
@@ -386,6 +389,7 @@ class _Cycle:
     def _grant(self, state: PoolState, quota: SubjectQuota, rv: RequestView, placement: Placement) -> None:
         state.changed(quota)
         quota.grants += 1
+        state.gained(quota)
         borrowed: dict[str, int] = {}
         for key, amount in rv.demand.items():
             if key not in state.capacity:
@@ -489,6 +493,8 @@ class _Cycle:
     def _hold(self, state: PoolState, quota: SubjectQuota, rv: RequestView, victims: list[LeaseView]) -> None:
         """Keep what is free now, and the devices the victims will free, for the waiter."""
         state.changed(quota)
+        if _starts_borrowing(state, quota, rv.demand):
+            state.gained(quota)
         add_into(quota.incoming, rv.demand)
         for key, amount in rv.demand.items():
             if key in state.capacity:
@@ -762,6 +768,18 @@ def _standing(rv: RequestView) -> Standing:
                 dominant = max(dominant, borrowed / cap)
     share = math.inf if quota.weight == 0 else dominant / quota.weight
     return (-quota.priority, 1, share)
+
+
+def _starts_borrowing(state: PoolState, quota: SubjectQuota, demand: dict[str, int]) -> bool:
+    """Whether holding ``demand`` for the subject makes it borrow on a key it did not: its leases that
+    borrow there become candidates for other waiters (``preemption._borrowers``)."""
+    usage, incoming, leaving, reserved = quota.usage, quota.incoming, quota.leaving, quota.reserved
+    for key, amount in demand.items():
+        if key in state.capacity:
+            before = usage.get(key, 0) - leaving.get(key, 0) + incoming.get(key, 0)
+            if before <= reserved.get(key, 0) < before + amount:
+                return True
+    return False
 
 
 def _short_alike(state: PoolState, more: dict[str, int], less: dict[str, int]) -> bool:

@@ -38,25 +38,26 @@ class Plan:
 class Futile:
     """Planning for a waiter found no victims in a way that only some changes to the pool can undo:
     there was no candidate, or releasing every candidate would not make it fit. Less free capacity,
-    fewer free devices and fewer candidates keep it so. What can undo it: a change to the waiter's own
-    standing, capacity given back to the pool, a key it newly comes short on (whose borrowers become
-    candidates), or a subject it may take from that got a new lease or now borrows on more of those
-    keys. While none of these happened, planning again finds nothing again (``holds``), and the cycle
-    need not plan again for a failed group when something else in its pool changed."""
+    fewer free devices and fewer candidates keep it so. What can undo it: a grant to the waiter's
+    subject or a change of what selection starts from (``_basis``: the keys it comes short on, whose
+    borrowers become candidates; whether it is within its limit and reserved share), capacity given
+    back to the pool, or a gain (``PoolState.gains``) of a subject it may take from. While none of
+    these happened, planning again finds nothing again (``holds``), and the cycle need not plan again
+    for a failed group when something else in its pool changed."""
 
     grants: int
     grown: int
+    gains: int
     basis: tuple[frozenset[str], bool, bool]
-    """The short keys, and whether the waiter was within its limit and its reserved share (``_basis``)."""
-    helpers: tuple[SubjectQuota, ...]
-    """The other subjects whose leases the waiter may take (reclaim, priority, fair share)."""
-    their_state: tuple[tuple[int, frozenset[str]], ...]
+    """The short keys, and whether the waiter was within its limit and its reserved share."""
 
     def holds(self, pool: PoolState, quota: SubjectQuota, rv: RequestView) -> bool:
         if self.grants != quota.grants or self.grown != pool.grown:
             return False
-        basis = _basis(pool, quota, rv, True)
-        return basis[:3] == self.basis and self.their_state == _their_state(self.helpers, basis[0])
+        short, within_limit, reclaim, _ = _basis(pool, quota, rv, True)
+        if (short, within_limit, reclaim) != self.basis:
+            return False
+        return self.gains == _gains(pool, quota, rv, within_limit, reclaim)
 
 
 def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Plan | Futile | None:
@@ -71,7 +72,7 @@ def _plan(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bo
     reasons, its own leases)."""
     selection = _select(pool, quota, rv, may_reclaim)
     if selection.empty or not _could_fit(pool, quota, rv, selection):
-        return _futile(pool, quota, selection) if may_reclaim else None
+        return _futile(pool, quota, rv, selection) if may_reclaim else None
     if selection.reclaim_needs_own and selection.others and _others_suffice(pool, quota, rv, selection):
         # The greedy pass would stop before any own victim, and the set would fail ``_reclaim_holds``.
         return _plan(pool, quota, rv, may_reclaim=False)
@@ -92,31 +93,26 @@ def _plan(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bo
     return Plan(tuple(c.lease for c in chosen), reason)
 
 
-def _futile(pool: PoolState, quota: SubjectQuota, selection: _Selection) -> Futile:
-    _, short, within_limit, reclaim, fair, _ = selection.key
-    helpers: tuple[SubjectQuota, ...] = ()
-    if within_limit:  # otherwise only its own leases are candidates
-        helpers = tuple(
-            [
-                other
-                for other in pool.quotas.values()
-                if other is not quota
-                and (reclaim or quota.priority > other.priority or (fair and quota.priority == other.priority))
-            ]
-        )
-    short = cast(frozenset[str], short)
-    basis = (short, cast(bool, within_limit), cast(bool, reclaim))
-    return Futile(quota.grants, pool.grown, basis, helpers, _their_state(helpers, short))
+def _futile(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> Futile:
+    _, short, within_limit, reclaim, _, _ = selection.key
+    basis = (cast(frozenset[str], short), cast(bool, within_limit), cast(bool, reclaim))
+    return Futile(quota.grants, pool.grown, _gains(pool, quota, rv, basis[1], basis[2]), basis)
 
 
-def _their_state(helpers: tuple[SubjectQuota, ...], short: frozenset[str]) -> tuple[tuple[int, frozenset[str]], ...]:
-    """What decides the candidates among these subjects' leases (``_borrowers``): the leases they were
-    granted, and the short keys they borrow on."""
-    return tuple([(q.grants, _borrowing(q, short)) for q in helpers])
+def _gains(pool: PoolState, quota: SubjectQuota, rv: RequestView, within_limit: bool, reclaim: bool) -> int:
+    """The gains so far of the subjects whose leases the waiter may take (``_others``): all of them for
+    reclaim, else those of lower policy priority (and equal, with fair share); none beyond its limit.
+    Counts only grow, so an equal sum means none of them gained."""
+    if not within_limit:
+        return 0
+    if reclaim:
+        return sum(pool.gains.values())
+    priority, fair = quota.priority, pool.spec.fair_share_preemption and rv.preemptible
+    return sum(n for p, n in pool.gains.items() if p < priority or (fair and p == priority))
 
 
 def _borrowing(quota: SubjectQuota, keys: frozenset[str]) -> frozenset[str]:
-    """The keys of ``keys`` the subject borrows on, judged on ``quota.effective()`` as ``_borrowers`` is."""
+    """The keys of ``keys`` the subject borrows on, judged on ``quota.effective()``."""
     usage, incoming, leaving, reserved = quota.usage, quota.incoming, quota.leaving, quota.reserved
     return frozenset([k for k in keys if usage.get(k, 0) - leaving.get(k, 0) + incoming.get(k, 0) > reserved.get(k, 0)])
 
@@ -153,13 +149,20 @@ def _others_suffice(pool: PoolState, quota: SubjectQuota, rv: RequestView, selec
     devices, shape = pool.devices, rv.shape
     if devices is None or not shape.needs_devices or _fits_now(pool, shape):
         return True
-    held = [lv.held for _, _, leases in selection.others for lv in leases]
-    devices.release_all(held)
-    try:
-        return devices.fits(shape, _where_to_look(shape, held))
-    finally:
-        for devices_of_lease in held:
-            devices.apply(devices_of_lease)
+    # The other subjects' candidates depend on the selection's key but not on the request priority:
+    # the answer holds for every look-alike of the subject until the pool changes (as ``_could_fit``).
+    cache = pool.cache()
+    key = (_others_suffice, selection.key[:-1], shape)
+    fits = cache.get(key)
+    if fits is None:
+        held = [lv.held for _, _, leases in selection.others for lv in leases]
+        devices.release_all(held)
+        try:
+            fits = cache[key] = devices.fits(shape, _where_to_look(shape, held))
+        finally:
+            for devices_of_lease in held:
+                devices.apply(devices_of_lease)
+    return cast(bool, fits)
 
 
 def _fits_now(pool: PoolState, shape: Shape) -> bool:
@@ -268,7 +271,11 @@ class _Victims:
         """The leases that borrow on one of ``keys``, and what they hold in all."""
         found = self.by_keys.get(keys)
         if found is None:
-            leases = [lv for lv in self.leases if any(lv.borrowed.get(k, 0) > 0 for k in keys)]
+            if len(keys) == 1:  # the common case, without a generator per lease
+                (key,) = keys
+                leases = [lv for lv in self.leases if lv.borrowed.get(key, 0) > 0]
+            else:
+                leases = [lv for lv in self.leases if any(lv.borrowed.get(k, 0) > 0 for k in keys)]
             found = self.by_keys[keys] = (leases, _total(leases))
         return found
 
@@ -276,7 +283,8 @@ class _Victims:
 def _total(leases: list[LeaseView]) -> Vector:
     total: Vector = {}
     for lv in leases:
-        add_into(total, lv.resources)
+        for key, amount in lv.resources.items():  # ``add_into``, inlined: this runs per lease
+            total[key] = total.get(key, 0) + amount
     return total
 
 
@@ -424,11 +432,10 @@ def _borrowers(pool: PoolState, short: frozenset[str]) -> Borrowers:
         for other in pool.quotas.values():
             if not other.leases:
                 continue
-            victims = _victims(other)
-            borrowing = frozenset(k for k in short if victims.effective.get(k, 0) > other.reserved.get(k, 0))
+            borrowing = _borrowing(other, short)  # before its victims, which are sorted for the subjects that do
             if not borrowing:
                 continue
-            leases, total = victims.borrowing_on(borrowing)
+            leases, total = _victims(other).borrowing_on(borrowing)
             if leases:
                 borrowers.append((other, leases, total))
         found = cache[(_borrowers, short)] = borrowers
