@@ -19,6 +19,7 @@ from respools.model import (
     Request,
     RequestState,
     ReservationSpec,
+    Resources,
 )
 from respools.scheduling import Decisions, Memory, Snapshot, schedule
 
@@ -88,14 +89,16 @@ class Simulation:
         for seq, g in enumerate(d.grants):
             request = self.requests[g.request_id]
             lid = f"l{g.request_id[1:]}-{request.attempt}"
-            self.leases[lid] = Lease(
+            # Built without validation: every field comes from a validated request or from the core's
+            # grant (vectors already ``Resources``), and a long replay builds one per grant.
+            self.leases[lid] = Lease.model_construct(
                 id=lid,
                 request_id=request.id,
                 subject=request.subject,
                 pool=g.pool,
                 stack=pools[g.pool].stack,
-                resources=g.resources,
-                borrowed=g.borrowed,
+                resources=Resources(g.resources),
+                borrowed=Resources(g.borrowed),
                 placement=g.placement,
                 state=RequestState.ACTIVE,
                 preemptible=request.preemptible,
