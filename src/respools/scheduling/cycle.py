@@ -13,7 +13,9 @@ Cost is kept near-linear in the queue length and small per request:
 - each request is read once, in the order it sits in memory (``__dict__``, not pydantic attributes);
 - what preemption planning derives from a pool or a subject's standing (who may be taken, what they
   hold, whether a shape fits the map) is cached until the cycle changes that pool or subject, which
-  it marks with ``PoolState.changed``.
+  it marks with ``PoolState.changed``;
+- a group whose planning found nothing to preempt is not planned for again when its pool changes in
+  a way that cannot give it victims (``preemption.Futile``): most changes only take capacity away.
 """
 
 from __future__ import annotations
