@@ -19,7 +19,6 @@ from respools.model import (
     Request,
     RequestState,
     ReservationSpec,
-    Resources,
 )
 from respools.scheduling import Decisions, Memory, Snapshot, schedule
 
@@ -89,16 +88,14 @@ class Simulation:
         for seq, g in enumerate(d.grants):
             request = self.requests[g.request_id]
             lid = f"l{g.request_id[1:]}-{request.attempt}"
-            # Built without validation: every field comes from a validated request or from the core's
-            # grant (vectors already ``Resources``), and a long replay builds one per grant.
-            self.leases[lid] = Lease.model_construct(
+            self.leases[lid] = Lease(
                 id=lid,
                 request_id=request.id,
                 subject=request.subject,
                 pool=g.pool,
                 stack=pools[g.pool].stack,
-                resources=Resources(g.resources),
-                borrowed=Resources(g.borrowed),
+                resources=g.resources,
+                borrowed=g.borrowed,
                 placement=g.placement,
                 state=RequestState.ACTIVE,
                 preemptible=request.preemptible,
