@@ -64,12 +64,15 @@ class Simulation:
         return rid
 
     def snapshot(self) -> Snapshot:
+        # Every lease and request, every cycle: their states are read straight from ``__dict__``, and
+        # the enum member looked up once (either costs more than the comparison itself).
+        live, pending = _LIVE, RequestState.PENDING
         return Snapshot(
             now=self.now,
             pools=self.pools,
             policies=self.policies,
-            leases=[lease for lease in self.leases.values() if lease.state in _LIVE],
-            requests=[r for r in self.requests.values() if r.state == RequestState.PENDING],
+            leases=[lease for lease in self.leases.values() if lease.__dict__["state"] in live],
+            requests=[r for r in self.requests.values() if r.__dict__["state"] == pending],
             reservations=self.reservations,
         )
 

@@ -13,7 +13,9 @@ Cost is kept near-linear in the queue length and small per request:
 - each request is read once, in the order it sits in memory (``__dict__``, not pydantic attributes);
 - what preemption planning derives from a pool or a subject's standing (who may be taken, what they
   hold, whether a shape fits the map) is cached until the cycle changes that pool or subject, which
-  it marks with ``PoolState.changed``.
+  it marks with ``PoolState.changed``;
+- a group whose planning found nothing to preempt is not planned for again when its pool changes in
+  a way that cannot give it victims (``preemption.Futile``): most changes only take capacity away.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from respools.scheduling.eligibility import ineligibility
 from respools.scheduling.fit import Shortfall, place, quota_shortfall, reservation_shortfall
 from respools.scheduling.memory import KeptEligibility, Memory
 from respools.scheduling.placement import Held
-from respools.scheduling.preemption import Plan, plan_preemption
+from respools.scheduling.preemption import Futile, Plan, plan_preemption
 from respools.scheduling.requests import (
     Derived,
     Eligibility,
@@ -49,7 +51,7 @@ from respools.scheduling.vectors import add_into, dominates
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
 Standing = tuple[int, int, float]
 Entry = tuple[int, datetime, str]
-OrderKey = tuple[int, int, float, float, str]
+OrderKey = tuple[int, int, float, datetime, str]
 
 
 def schedule(snapshot: Snapshot, memory: Memory | None = None) -> Decisions:
@@ -95,6 +97,9 @@ class _Cycle:
         self.withdrawn_from: set[str] = set()
         """Subjects whose grants the last decision withdrew."""
         """Decisions of the queue walk that changed a pool so far (see ``_Lane.settled``)."""
+        self.futile: dict[tuple[int, str], Futile] = {}
+        """Per group (by identity: groups live as long as the cycle) and pool, why planning found
+        nothing to preempt, while it holds."""
         self.last_run: tuple[RequestGroup, WaitRun] | None = None
         """The group whose failure the last run of waits reports, so that its next requests join it."""
 
@@ -113,8 +118,11 @@ class _Cycle:
     def _expire(self, leases: Iterable[Lease]) -> list[Lease]:
         now = self.snapshot.now
         live = []
+        preempting = RequestState.PREEMPTING  # an enum member's lookup costs more than the comparison
         for lease in leases:
-            if lease.state == RequestState.PREEMPTING and lease.preempt_deadline and lease.preempt_deadline <= now:
+            fields = lease.__dict__  # every lease, every cycle: pydantic's attribute access costs more
+            deadline = fields["preempt_deadline"]
+            if fields["state"] == preempting and deadline and deadline <= now:
                 # Past the deadline the lease is overdue and keeps its capacity: its workload may still
                 # run on the GPUs. Only a holder silent for a full TTL is taken for gone here; a release
                 # or a backend's confirmed stop ends it outside the cycle (DESIGN §2.8).
@@ -124,7 +132,7 @@ class _Cycle:
                 if lease.overdue_since is None:
                     self.decisions.overdue.append(Overdue(lease.id))
                 live.append(lease)
-            elif lease.expires_at <= now:
+            elif fields["expires_at"] <= now:
                 why = (
                     "it was never started within the pool's initialization window"
                     if lease.started_at is None
@@ -292,9 +300,9 @@ class _Cycle:
             assert lane is not None, "a subject in the heap has an unsettled request"
             entry = lane.entry(lane.start)
             proto = lane.proto
-            before = _versions(proto)
+            before = lane.versions()
             shortfall = self._serve(queue.pop(lane))
-            after = _versions(proto)
+            after = lane.versions()
             if shortfall is not None:
                 self.last_run = (proto.group, self.decisions.wait_runs[-1])
                 queue.failed(lane, shortfall, after)
@@ -327,13 +335,21 @@ class _Cycle:
             return None
         shortfall, pool_name = first
         if shortfall[0] not in _NOT_PREEMPTABLE:
+            futile, group = self.futile, id(rv.group)
             for state, quota in rv.candidates:
                 if state.spec.draining:
                     continue
+                known = futile.get((group, state.name))
+                if known is not None and known.holds(state, quota, rv):
+                    continue  # a look-alike found nothing to preempt here, and nothing that could undo it changed
                 plan = plan_preemption(state, quota, rv)
-                if plan is not None:
+                if isinstance(plan, Plan):
                     self._preempt(state, quota, rv, plan)
                     return None
+                if plan is None:
+                    futile.pop((group, state.name), None)
+                else:
+                    futile[(group, state.name)] = plan
         self._wait(rv, shortfall, pool_name)
         return shortfall
 
@@ -374,6 +390,8 @@ class _Cycle:
 
     def _grant(self, state: PoolState, quota: SubjectQuota, rv: RequestView, placement: Placement) -> None:
         state.changed(quota)
+        quota.grants += 1
+        state.gained(quota)
         borrowed: dict[str, int] = {}
         for key, amount in rv.demand.items():
             if key not in state.capacity:
@@ -450,6 +468,7 @@ class _Cycle:
             if state.devices is not None and lv.held:
                 state.devices.apply(lv.held, -1)
             state.changed(owner)
+            state.grown += 1
             message = f"its grant went to request {rv.id} of {rv.subject!r} in the same cycle ({plan.reason.value})"
             self._wait(displaced, (WaitReason.HELD_FOR_PREEMPTOR, message), state.name)
 
@@ -476,6 +495,8 @@ class _Cycle:
     def _hold(self, state: PoolState, quota: SubjectQuota, rv: RequestView, victims: list[LeaseView]) -> None:
         """Keep what is free now, and the devices the victims will free, for the waiter."""
         state.changed(quota)
+        if _starts_borrowing(state, quota, rv.demand):
+            state.gained(quota)
         add_into(quota.incoming, rv.demand)
         for key, amount in rv.demand.items():
             if key in state.capacity:
@@ -516,7 +537,19 @@ class _Cycle:
 class _Lane:
     """One group's requests in a subject's queue, oldest first; those before ``start`` are decided."""
 
-    __slots__ = ("changes", "cycle", "ids", "members", "proto", "rank", "standing", "start", "times")
+    __slots__ = (
+        "changes",
+        "cycle",
+        "ids",
+        "members",
+        "proto",
+        "quota",
+        "rank",
+        "standing",
+        "start",
+        "states",
+        "times",
+    )
 
     def __init__(self, cycle: _Cycle, proto: RequestView) -> None:
         self.cycle = cycle
@@ -527,6 +560,9 @@ class _Lane:
         self.times: list[datetime] = [request.__dict__["submitted_at"] for request in self.members]
         self.start = 0
         self.rank = -proto.priority
+        candidates = proto.candidates
+        self.states = [state for state, _ in candidates]
+        self.quota = candidates[0][1]
         self.standing: tuple[int, Standing] | None = None
         self.changes = -1
         """``cycle.changes`` when the group last failed: while it is the same, no pool changed since."""
@@ -536,15 +572,23 @@ class _Lane:
         return (self.rank, self.times[index], self.ids[index])
 
     def key(self, index: int) -> OrderKey:
-        """The member's place among all subjects' requests (§2.4)."""
-        return (*self.order(), self.times[index].timestamp(), self.ids[index])
+        """The member's place among all subjects' requests (§2.4); submission times compare as the
+        timestamps they are, without converting each."""
+        cached = self.standing
+        if cached is None or cached[0] != self.quota.version:
+            cached = self.standing = (self.quota.version, _standing(self.proto))
+        order = cached[1]
+        return (order[0], order[1], order[2], self.times[index], self.ids[index])
 
     def order(self) -> Standing:
-        quota = self.proto.candidates[0][1]
         cached = self.standing
-        if cached is None or cached[0] != quota.version:
-            cached = self.standing = (quota.version, _standing(self.proto))
+        if cached is None or cached[0] != self.quota.version:
+            cached = self.standing = (self.quota.version, _standing(self.proto))
         return cached[1]
+
+    def versions(self) -> tuple[int, ...]:
+        """The state of the books of the group's pools: a failure holds while it is the same."""
+        return tuple([state.version for state in self.states])
 
     def settled(self, old: dict[str, int] | None = None) -> bool:
         """Whether the group's next requests fail as its last one did: no pool of theirs changed since.
@@ -553,10 +597,10 @@ class _Lane:
         if group.failure is None:
             return False
         if old is None:
-            return self.changes == self.cycle.changes or group.failed_at == _versions(self.proto)
+            return self.changes == self.cycle.changes or group.failed_at == self.versions()
         if self.changes == self.cycle.changes - 1:
             return True
-        return group.failed_at == tuple(old.get(state.name, state.version) for state, _ in self.proto.candidates)
+        return group.failed_at == tuple([old.get(state.name, state.version) for state in self.states])
 
     def fail(self, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
         group = self.proto.group
@@ -579,8 +623,8 @@ class _Lane:
         if order != key[:3]:
             return len(self.ids) if order < key[:3] else self.start
         times, ids = self.times, self.ids
-        end = bisect.bisect_left(times, key[3], self.start, key=datetime.timestamp)
-        while end < len(ids) and times[end].timestamp() == key[3] and ids[end] < key[4]:
+        end = bisect.bisect_left(times, key[3], self.start)
+        while end < len(ids) and times[end] == key[3] and ids[end] < key[4]:
             end += 1
         return end
 
@@ -593,9 +637,13 @@ class _Queue:
         self.cycle = cycle
         self.lanes: list[_Lane] = []
         self.next_lane: _Lane | None = None
+        self.alike: dict[tuple[object, ...], list[_Lane]] = {}
+        """Lanes by eligibility signature: only lanes of one signature can fail alike."""
 
     def add(self, proto: RequestView) -> None:
-        self.lanes.append(_Lane(self.cycle, proto))
+        lane = _Lane(self.cycle, proto)
+        self.lanes.append(lane)
+        self.alike.setdefault(proto.group.eligibility.signature, []).append(lane)
 
     def failed(self, lane: _Lane, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
         """Settle ``lane``, and the subject's lanes that are bound to fail alike now: the same
@@ -606,12 +654,12 @@ class _Queue:
         proto = lane.proto
         if proto.preemptible and any(state.spec.fair_share_preemption for state, _ in proto.candidates):
             return
-        signature, demand = proto.group.eligibility.signature, proto.demand
-        for other in self.lanes:
+        demand = proto.demand
+        for other in self.alike[proto.group.eligibility.signature]:
             alike = other.proto
             if (
                 other is lane
-                or alike.group.eligibility.signature != signature
+                or other.start == len(other.ids)
                 or other.rank < lane.rank
                 or not dominates(alike.demand, demand)
                 or other.settled()
@@ -628,18 +676,23 @@ class _Queue:
         settled: list[_Lane] = []
         lane: _Lane | None = None
         head: Entry | None = None
+        changes = self.cycle.changes
         for candidate in self.lanes:
-            if candidate.settled():
+            if candidate.proto.group.failure is not None and (candidate.changes == changes or candidate.settled()):
                 settled.append(candidate)
                 continue
-            entry = candidate.entry(candidate.start)
+            start = candidate.start
+            entry = (candidate.rank, candidate.times[start], candidate.ids[start])
             if head is None or entry < head:
                 lane, head = candidate, entry
         self.next_lane = lane
         if lane is None or head is None:
             return None
         turn = lane.key(lane.start)
+        rank = head[0]
         for other in settled:
+            if other.rank > rank:
+                continue  # its requests all come after the head in the subject's order
             end = other.before(head)
             if end > other.start:
                 key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
@@ -719,6 +772,18 @@ def _standing(rv: RequestView) -> Standing:
     return (-quota.priority, 1, share)
 
 
+def _starts_borrowing(state: PoolState, quota: SubjectQuota, demand: dict[str, int]) -> bool:
+    """Whether holding ``demand`` for the subject makes it borrow on a key it did not: its leases that
+    borrow there become candidates for other waiters (``preemption._borrowers``)."""
+    usage, incoming, leaving, reserved = quota.usage, quota.incoming, quota.leaving, quota.reserved
+    for key, amount in demand.items():
+        if key in state.capacity:
+            before = usage.get(key, 0) - leaving.get(key, 0) + incoming.get(key, 0)
+            if before <= reserved.get(key, 0) < before + amount:
+                return True
+    return False
+
+
 def _short_alike(state: PoolState, more: dict[str, int], less: dict[str, int]) -> bool:
     """Whether asking ``more`` comes short of free capacity on no key that asking ``less`` does not."""
     free, capacity = state.free, state.capacity
@@ -728,8 +793,3 @@ def _short_alike(state: PoolState, more: dict[str, int], less: dict[str, int]) -
             if available < amount and available >= less.get(key, 0):
                 return False
     return True
-
-
-def _versions(rv: RequestView) -> tuple[int, ...]:
-    """The state of the books of the request's pools: a failure holds while it is the same."""
-    return tuple(state.version for state, _ in rv.candidates)

@@ -34,16 +34,48 @@ class Plan:
     reason: PreemptReason
 
 
-def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool = True) -> Plan | None:
-    """The minimal set of victims for ``rv`` on ``pool``, or None. A set taken by reclaim that keeps
-    some of the waiter's own victims may leave its subject above its reserved share after all: the
-    waiter is then planned again as one that may not reclaim (other reasons, its own leases)."""
+@dataclass(frozen=True, slots=True)
+class Futile:
+    """Planning for a waiter found no victims in a way that only some changes to the pool can undo:
+    there was no candidate, or releasing every candidate would not make it fit. Less free capacity,
+    fewer free devices and fewer candidates keep it so. What can undo it: a grant to the waiter's
+    subject or a change of what selection starts from (``_basis``: the keys it comes short on, whose
+    borrowers become candidates; whether it is within its limit and reserved share), capacity given
+    back to the pool, or a gain (``PoolState.gains``) of a subject it may take from. While none of
+    these happened, planning again finds nothing again (``holds``), and the cycle need not plan again
+    for a failed group when something else in its pool changed."""
+
+    grants: int
+    grown: int
+    gains: int
+    basis: tuple[frozenset[str], bool, bool]
+    """The short keys, and whether the waiter was within its limit and its reserved share."""
+
+    def holds(self, pool: PoolState, quota: SubjectQuota, rv: RequestView) -> bool:
+        if self.grants != quota.grants or self.grown != pool.grown:
+            return False
+        short, within_limit, reclaim, _ = _basis(pool, quota, rv, True)
+        if (short, within_limit, reclaim) != self.basis:
+            return False
+        return self.gains == _gains(pool, quota, rv, within_limit, reclaim)
+
+
+def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView) -> Plan | Futile | None:
+    """The minimal set of victims for ``rv`` on ``pool``; else why there is none, as a ``Futile``
+    where only some changes can undo it (None where any change might)."""
+    return _plan(pool, quota, rv, may_reclaim=True)
+
+
+def _plan(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> Plan | Futile | None:
+    """A set taken by reclaim that keeps some of the waiter's own victims may leave its subject above
+    its reserved share after all: the waiter is then planned again as one that may not reclaim (other
+    reasons, its own leases)."""
     selection = _select(pool, quota, rv, may_reclaim)
-    if selection is None or not _could_fit(pool, quota, rv, selection):
-        return None
+    if selection.empty or not _could_fit(pool, quota, rv, selection):
+        return _futile(pool, quota, rv, selection) if may_reclaim else None
     if selection.reclaim_needs_own and selection.others and _others_suffice(pool, quota, rv, selection):
         # The greedy pass would stop before any own victim, and the set would fail ``_reclaim_holds``.
-        return plan_preemption(pool, quota, rv, may_reclaim=False)
+        return _plan(pool, quota, rv, may_reclaim=False)
     candidates = selection.candidates(quota)
     trial = _Trial(pool, quota, rv)
     try:
@@ -53,12 +85,36 @@ def plan_preemption(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_r
     if chosen is None:
         return None
     if not _reclaim_holds(pool, quota, rv, chosen):
-        return plan_preemption(pool, quota, rv, may_reclaim=False)
+        return _plan(pool, quota, rv, may_reclaim=False)
     others = [c for c in chosen if not c.own]
     reason = others[0].why if others else PreemptReason.PRIORITY
     if reason is PreemptReason.RECLAIM and _leans_on_reservation(pool, quota, rv, chosen):
         reason = PreemptReason.RESERVATION
     return Plan(tuple(c.lease for c in chosen), reason)
+
+
+def _futile(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> Futile:
+    _, short, within_limit, reclaim, _, _ = selection.key
+    basis = (cast(frozenset[str], short), cast(bool, within_limit), cast(bool, reclaim))
+    return Futile(quota.grants, pool.grown, _gains(pool, quota, rv, basis[1], basis[2]), basis)
+
+
+def _gains(pool: PoolState, quota: SubjectQuota, rv: RequestView, within_limit: bool, reclaim: bool) -> int:
+    """The gains so far of the subjects whose leases the waiter may take (``_others``): all of them for
+    reclaim, else those of lower policy priority (and equal, with fair share); none beyond its limit.
+    Counts only grow, so an equal sum means none of them gained."""
+    if not within_limit:
+        return 0
+    if reclaim:
+        return sum(pool.gains.values())
+    priority, fair = quota.priority, pool.spec.fair_share_preemption and rv.preemptible
+    return sum(n for p, n in pool.gains.items() if p < priority or (fair and p == priority))
+
+
+def _borrowing(quota: SubjectQuota, keys: frozenset[str]) -> frozenset[str]:
+    """The keys of ``keys`` the subject borrows on, judged on ``quota.effective()``."""
+    usage, incoming, leaving, reserved = quota.usage, quota.incoming, quota.leaving, quota.reserved
+    return frozenset([k for k in keys if usage.get(k, 0) - leaving.get(k, 0) + incoming.get(k, 0) > reserved.get(k, 0)])
 
 
 def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> bool:
@@ -93,13 +149,20 @@ def _others_suffice(pool: PoolState, quota: SubjectQuota, rv: RequestView, selec
     devices, shape = pool.devices, rv.shape
     if devices is None or not shape.needs_devices or _fits_now(pool, shape):
         return True
-    held = [lv.held for _, _, leases in selection.others for lv in leases]
-    devices.release_all(held)
-    try:
-        return devices.fits(shape, _where_to_look(shape, held))
-    finally:
-        for devices_of_lease in held:
-            devices.apply(devices_of_lease)
+    # The other subjects' candidates depend on the selection's key but not on the request priority:
+    # the answer holds for every look-alike of the subject until the pool changes (as ``_could_fit``).
+    cache = pool.cache()
+    key = (_others_suffice, selection.key[:-1], shape)
+    fits = cache.get(key)
+    if fits is None:
+        held = [lv.held for _, _, leases in selection.others for lv in leases]
+        devices.release_all(held)
+        try:
+            fits = cache[key] = devices.fits(shape, _where_to_look(shape, held))
+        finally:
+            for devices_of_lease in held:
+                devices.apply(devices_of_lease)
+    return cast(bool, fits)
 
 
 def _fits_now(pool: PoolState, shape: Shape) -> bool:
@@ -208,7 +271,11 @@ class _Victims:
         """The leases that borrow on one of ``keys``, and what they hold in all."""
         found = self.by_keys.get(keys)
         if found is None:
-            leases = [lv for lv in self.leases if any(lv.borrowed.get(k, 0) > 0 for k in keys)]
+            if len(keys) == 1:  # the common case, without a generator per lease
+                (key,) = keys
+                leases = [lv for lv in self.leases if lv.borrowed.get(key, 0) > 0]
+            else:
+                leases = [lv for lv in self.leases if any(lv.borrowed.get(k, 0) > 0 for k in keys)]
             found = self.by_keys[keys] = (leases, _total(leases))
         return found
 
@@ -216,7 +283,8 @@ class _Victims:
 def _total(leases: list[LeaseView]) -> Vector:
     total: Vector = {}
     for lv in leases:
-        add_into(total, lv.resources)
+        for key, amount in lv.resources.items():  # ``add_into``, inlined: this runs per lease
+            total[key] = total.get(key, 0) + amount
     return total
 
 
@@ -251,6 +319,10 @@ class _Selection:
     reclaim_needs_own: bool
     """Reclaim was allowed only with the waiter's own candidates counted as released."""
 
+    @property
+    def empty(self) -> bool:
+        return not self.others and not self.own
+
     def leases(self) -> list[LeaseView]:
         return [lv for _, _, leases in self.others for lv in leases] + self.own
 
@@ -270,11 +342,36 @@ class _Selection:
         return out
 
 
-def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> _Selection | None:
+def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool) -> _Selection:
     """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
     priority or fair share; then the waiter's own leases of lower request priority."""
-    capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
     own, own_released = _victims(quota).below(rv.priority)
+    short, within_limit, reclaim, without_own = _basis(pool, quota, rv, may_reclaim)
+    fair = pool.spec.fair_share_preemption and rv.preemptible
+    # The same for every waiter of this subject that comes short on the same keys, until the pool changes.
+    key = (_Selection, quota.subject, short, within_limit, reclaim, fair)
+    cache = pool.cache()
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
+    others, others_release = cast(tuple[Taken, Vector], found)
+    if not others and not own:
+        return _Selection(others, own, {}, own_released, (*key[1:], rv.priority), others_release, False)
+    released = dict(others_release)
+    add_into(released, own_released)
+    return _Selection(
+        others, own, released, own_released, (*key[1:], rv.priority), others_release, reclaim and not without_own
+    )
+
+
+def _basis(
+    pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool
+) -> tuple[frozenset[str], bool, bool, bool]:
+    """What selection starts from: the keys the waiter comes short on (whose borrowers are candidates),
+    whether it stays within its limit with its own candidates gone, whether it may reclaim, and
+    whether reclaim needs none of its own candidates gone."""
+    capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
+    _, own_released = _victims(quota).below(rv.priority)
     # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
     incoming, leaving = quota.incoming, quota.leaving  # ``quota.effective()`` per key, without a new dict
@@ -295,21 +392,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
             without_own = False
     # Nothing short in the books but no device fits: free devices.
     short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
-    fair = pool.spec.fair_share_preemption and rv.preemptible
-    # The same for every waiter of this subject that comes short on the same keys, until the pool changes.
-    key = (_Selection, quota.subject, short, within_limit, reclaim, fair)
-    cache = pool.cache()
-    found = cache.get(key)
-    if found is None:
-        found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
-    others, others_release = cast(tuple[Taken, Vector], found)
-    if not others and not own:
-        return None
-    released = dict(others_release)
-    add_into(released, own_released)
-    return _Selection(
-        others, own, released, own_released, (*key[1:], rv.priority), others_release, reclaim and not without_own
-    )
+    return short, within_limit, reclaim, without_own
 
 
 def _others(
@@ -349,11 +432,10 @@ def _borrowers(pool: PoolState, short: frozenset[str]) -> Borrowers:
         for other in pool.quotas.values():
             if not other.leases:
                 continue
-            victims = _victims(other)
-            borrowing = frozenset(k for k in short if victims.effective.get(k, 0) > other.reserved.get(k, 0))
+            borrowing = _borrowing(other, short)  # before its victims, which are sorted for the subjects that do
             if not borrowing:
                 continue
-            leases, total = victims.borrowing_on(borrowing)
+            leases, total = _victims(other).borrowing_on(borrowing)
             if leases:
                 borrowers.append((other, leases, total))
         found = cache[(_borrowers, short)] = borrowers

@@ -104,6 +104,8 @@ class SubjectQuota:
     """Demand of waiters that preempted and hold capacity, not yet granted."""
     version: int = 0
     """Bumped whenever the cycle changes this standing; what is derived from it is cached until then."""
+    grants: int = 0
+    """Bumped whenever the cycle grants this subject a lease: a new lease that may be preempted."""
     victims: tuple[int, object] | None = None
     """Preemption planning's view of these leases, with the version it was taken at."""
 
@@ -201,6 +203,15 @@ class PoolState:
     that what was derived from it can be cached until then (see ``preemption``)."""
     derived: dict[object, object] = field(default_factory=dict)
     derived_version: int = 0
+    grown: int = 0
+    """Bumped whenever the cycle gives capacity back to the pool (a grant of the cycle withdrawn):
+    every other change only takes free capacity and devices away."""
+    gains: dict[int, int] = field(default_factory=dict)
+    """Per policy priority, how often the cycle gave a subject of it something others may preempt: a
+    new lease, or a hold for its nominee that makes it borrow on a key it did not (``Futile``)."""
+
+    def gained(self, quota: SubjectQuota) -> None:
+        self.gains[quota.priority] = self.gains.get(quota.priority, 0) + 1
 
     def placement_impossible(self, shape: Shape) -> str | None:
         return self.facts.placement_impossible(shape)
@@ -299,6 +310,7 @@ def _account_leases(states: dict[str, PoolState], leases: list[Lease], memory: K
     lease in every cycle, so it reads each lease's mutable fields only (its state and who preempted
     it) when the memory already knows the lease."""
     known = memory.leases if memory is not None else {}
+    preempting_state = RequestState.PREEMPTING  # an enum member's lookup costs more than the comparison
     for lease in leases:
         fields = lease.__dict__
         view = known.get(fields["id"])
@@ -309,12 +321,13 @@ def _account_leases(states: dict[str, PoolState], leases: list[Lease], memory: K
         state = states.get(view.pool)
         if state is None:
             continue
-        subject, resources = view.subject, view.resources
-        preempting = fields["state"] == RequestState.PREEMPTING
-        view.preempting, view.preempted_for = preempting, fields["preempted_for"]
+        preempting = fields["state"] == preempting_state
+        view.preempting = preempting
+        view.preempted_for = fields["preempted_for"]
         view.overdue_since = fields["overdue_since"]
-        quota = state.quotas.get(subject) or _quota(state, subject)
+        quota = state.quotas.get(view.subject) or _quota(state, view.subject)
         usage, free = quota.usage, state.free
+        resources = view.resources
         for key, amount in resources.items():
             usage[key] = usage.get(key, 0) + amount
             if key in free:
