@@ -31,9 +31,13 @@ def upgrade() -> None:
         ("ix_leases_rolled_long", "released_at", "usage_rolled = 2"),
     ):
         op.create_index(name, "leases", [column], postgresql_where=sa.text(where), sqlite_where=sa.text(where))
-    if op.get_bind().dialect.name == "postgresql":
+    bind = op.get_bind()
+    if bind.dialect.name == "postgresql" and bind.execute(sa.text("SELECT EXISTS (SELECT 1 FROM leases)")).scalar():
         # the planner has no statistics for the new column yet: without them it takes "usage_rolled = 0"
-        # for a rare value and reads the whole history for each roll-up batch until autovacuum analyzes
+        # for a rare value and reads the whole history for each roll-up batch until autovacuum analyzes.
+        # Only a history needs it: analyzing an empty table would tell the leader's early statistics
+        # (reconciler/statistics.py) that leases was analyzed already, and a young database would keep
+        # its first plans (sequential scans) until autovacuum came.
         op.execute("ANALYZE leases")
     amount = sa.BigInteger().with_variant(sa.Numeric(38, 0), "postgresql")
     op.create_table(
