@@ -7,16 +7,14 @@ what it sent. Paths the test does not serve answer 404, as a workspace does for 
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import kmock
 import pytest
 from databricks.sdk import WorkspaceClient
+from kmock_thread import serve_in_thread
 from respools_databricks import DatabricksBackend
 from respools_databricks.settings import DatabricksSettings
 
@@ -29,23 +27,11 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def workspace_api() -> Iterator[kmock.RawHandler]:
-    loop = asyncio.new_event_loop()
-    started: Future[tuple[kmock.RawHandler, asyncio.Event]] = Future()
+    yield from serve_in_thread(kmock.RawHandler, _unknown_paths_404)
 
-    async def serve() -> None:
-        stopping = asyncio.Event()
-        async with kmock.RawHandler() as handler, kmock.Server(handler):
-            handler.fallback << 404
-            started.set_result((handler, stopping))
-            await stopping.wait()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    handler, stopping = started.result(timeout=10)
-    yield handler
-    loop.call_soon_threadsafe(stopping.set)
-    thread.join(timeout=10)
-    loop.close()
+def _unknown_paths_404(handler: kmock.RawHandler) -> None:
+    handler.fallback << 404
 
 
 @pytest.fixture

@@ -13,16 +13,14 @@ a namespace nobody stored is answered as one with no labels, as every workload's
 
 from __future__ import annotations
 
-import asyncio
 import re
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kmock
 import pytest
+from kmock_thread import serve_in_thread
 from kubernetes.client import ApiClient, Configuration
 from respools_kubernetes import KubernetesBackend
 from respools_kubernetes.settings import KubernetesSettings
@@ -46,27 +44,14 @@ def watched_apiserver() -> Iterator[kmock.KubernetesEmulator]:
 
 
 def _serve(*, selecting: bool) -> Iterator[kmock.KubernetesEmulator]:
-    loop = asyncio.new_event_loop()
-    started: Future[tuple[kmock.KubernetesEmulator, asyncio.Event]] = Future()
+    def configure(handler: kmock.KubernetesEmulator) -> None:
+        for resource in (*LISTED_RESOURCES, *OTHER_RESOURCES):
+            handler.resources[resource] = kmock.ResourceInfo()
+        handler[kmock.method.GET, NAMESPACE_READ] << _namespace_read(handler)
+        for resource in LISTED_RESOURCES if selecting else ():
+            handler[kmock.action.LIST, kmock.resource(resource)] << _selecting_list(handler, resource)
 
-    async def serve() -> None:
-        stopping = asyncio.Event()
-        async with kmock.KubernetesEmulator() as handler, kmock.Server(handler):
-            for resource in (*LISTED_RESOURCES, *OTHER_RESOURCES):
-                handler.resources[resource] = kmock.ResourceInfo()
-            handler[kmock.method.GET, NAMESPACE_READ] << _namespace_read(handler)
-            for resource in LISTED_RESOURCES if selecting else ():
-                handler[kmock.action.LIST, kmock.resource(resource)] << _selecting_list(handler, resource)
-            started.set_result((handler, stopping))
-            await stopping.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    handler, stopping = started.result(timeout=10)
-    yield handler
-    loop.call_soon_threadsafe(stopping.set)
-    thread.join(timeout=10)
-    loop.close()
+    yield from serve_in_thread(kmock.KubernetesEmulator, configure)
 
 
 NAMESPACE_READ = re.compile(r"^/api/v1/namespaces/[^/]+$")

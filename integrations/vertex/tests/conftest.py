@@ -7,15 +7,13 @@ session talk HTTP to it, and the test reads back what they sent.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import kmock
 import pytest
+from kmock_thread import serve_in_thread
 
 from respools.client import Client
 from respools.model import Lease, PoolSpec
@@ -26,22 +24,7 @@ if TYPE_CHECKING:
 
 @pytest.fixture
 def google_api() -> Iterator[kmock.RawHandler]:
-    loop = asyncio.new_event_loop()
-    started: Future[tuple[kmock.RawHandler, asyncio.Event]] = Future()
-
-    async def serve() -> None:
-        stopping = asyncio.Event()
-        async with kmock.RawHandler() as handler, kmock.Server(handler):
-            started.set_result((handler, stopping))
-            await stopping.wait()
-
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    handler, stopping = started.result(timeout=10)
-    yield handler
-    loop.call_soon_threadsafe(stopping.set)
-    thread.join(timeout=10)
-    loop.close()
+    yield from serve_in_thread(kmock.RawHandler)
 
 
 @pytest.fixture

@@ -9,17 +9,15 @@ emulator through the official client over HTTP (lists and watches), and to a rea
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from typing import Any
 
 import kmock
 import pytest
 import respools_zenml
+from kmock_thread import serve_in_thread
 from kubernetes.client import ApiClient, Configuration
 from respools_kubernetes.controller import Controller, ControllerSettings, names
 from respools_server import ADMIN_TOKEN, RespoolsServer
@@ -39,24 +37,12 @@ JOBS, NODES = "batch/v1/jobs", "v1/nodes"
 @pytest.fixture
 def cluster() -> Iterator[kmock.KubernetesEmulator]:
     """kmock's Kubernetes emulator on a loopback port, serving Nodes, Pods, Jobs, Events and Leases."""
-    loop = asyncio.new_event_loop()
-    started: Future[tuple[kmock.KubernetesEmulator, asyncio.Event]] = Future()
 
-    async def serve() -> None:
-        stopping = asyncio.Event()
-        async with kmock.KubernetesEmulator() as handler, kmock.Server(handler):
-            for resource in ("v1/nodes", "v1/pods", JOBS, "coordination.k8s.io/v1/leases", "v1/events"):
-                handler.resources[resource] = kmock.ResourceInfo()
-            started.set_result((handler, stopping))
-            await stopping.wait()
+    def configure(handler: kmock.KubernetesEmulator) -> None:
+        for resource in ("v1/nodes", "v1/pods", JOBS, "coordination.k8s.io/v1/leases", "v1/events"):
+            handler.resources[resource] = kmock.ResourceInfo()
 
-    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),), daemon=True)
-    thread.start()
-    handler, stopping = started.result(timeout=10)
-    yield handler
-    loop.call_soon_threadsafe(stopping.set)
-    thread.join(timeout=10)
-    loop.close()
+    yield from serve_in_thread(kmock.KubernetesEmulator, configure)
 
 
 def eventually(check: Callable[[], Any], timeout: float = 60.0) -> Any:
