@@ -15,7 +15,6 @@ from respools.server.db.tables import (
     COUNTERS,
     EVENTS,
     LEASES,
-    LIVE_STATES_SQL,
     METADATA,
     OUTBOX,
     PENDING_SQL,
@@ -62,7 +61,6 @@ LEASES_BY_IDS_LOCKED = (
 )
 """Leases by a list of ids (``k_ids``), locked in id order."""
 INSERT_LEASE = sa.insert(LEASES)
-LIVE_LEASES = sa.select(LEASES).where(sa.text(LIVE_STATES_SQL))
 INSERT_EVENT = sa.insert(EVENTS)
 INSERT_OUTBOX = sa.insert(OUTBOX)
 

@@ -14,6 +14,7 @@ from respools.server.db.tables import HOSTS
 from respools.server.definitions import Definitions, DefinitionsCache, bump_config
 from respools.server.events import append, drain_outbox, event_row
 from respools.server.reconciler.apply import CycleOutcome, apply_decisions
+from respools.server.reconciler.live_leases import LiveLeases
 from respools.server.reconciler.snapshot import load_snapshot
 
 
@@ -25,13 +26,17 @@ class CycleTimings:
 
 
 def run_cycle(
-    tx: Tx, cache: DefinitionsCache, timings: CycleTimings | None = None, memory: Memory | None = None
+    tx: Tx,
+    cache: DefinitionsCache,
+    timings: CycleTimings | None = None,
+    memory: Memory | None = None,
+    live: LiveLeases | None = None,
 ) -> CycleOutcome:
-    """Decide and record everything due at ``tx.now``; the caller commits. ``memory`` is what the leader
-    keeps from one cycle to the next (``schedule``)."""
+    """Decide and record everything due at ``tx.now``; the caller commits. ``memory`` and ``live`` are
+    what the leader keeps from one cycle to the next (``schedule``'s memory, its copy of the live leases)."""
     t0 = time.perf_counter()
     definitions = cache.within(tx.conn).with_fresh_hosts(tx.conn)
-    cycle = load_snapshot(tx.conn, definitions, tx.now)
+    cycle = load_snapshot(tx.conn, definitions, tx.now, live)
     t1 = time.perf_counter()
     decisions = schedule(cycle.snapshot, memory)
     t2 = time.perf_counter()

@@ -23,6 +23,7 @@ from respools.server.reconciler.leadership import (
     PostgresLeadership,
     SqliteLeadership,
 )
+from respools.server.reconciler.live_leases import LiveLeases
 from respools.server.reconciler.statistics import EarlyStatistics
 from respools.server.settings import Settings
 
@@ -55,6 +56,8 @@ class Reconciler:
         self._memory = Memory()
         """Kept for the process's life: ids are never reused and what they name never changes, so
         what the core derived from them stays true whoever leads."""
+        self._live = LiveLeases()
+        """Also kept for the process's life: each cycle reads what changed of the live leases."""
         self._settings = settings
         self._metrics = metrics
         self._stopper = stopper
@@ -143,7 +146,7 @@ class Reconciler:
         timings = CycleTimings()
         started = time.perf_counter()
         try:
-            outcome = self._leadership.run(lambda tx: run_cycle(tx, self._cache, timings, self._memory))
+            outcome = self._leadership.run(lambda tx: run_cycle(tx, self._cache, timings, self._memory, self._live))
         except LostLeadership as exc:
             self.role = Role.FOLLOWER
             self._metrics.leader.set(0)

@@ -1,5 +1,6 @@
-"""Loading a cycle's snapshot: two indexed queries (live leases, pending requests) plus the cached
-definitions. Rows become models without re-validation (see :mod:`respools.server.codec`)."""
+"""Loading a cycle's snapshot: the live leases (what changed of them, :mod:`.live_leases`), the pending
+requests, and the cached definitions. Rows become models without re-validation (see
+:mod:`respools.server.codec`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import sqlalchemy as sa
 
 from respools.model import PoolSpec
 from respools.scheduling import Snapshot
-from respools.server.codec import lease_of, request_of
-from respools.server.db.statements import LIVE_LEASES, PENDING_REQUESTS
+from respools.server.codec import request_of
+from respools.server.db.statements import PENDING_REQUESTS
 from respools.server.definitions import Definitions
+from respools.server.reconciler.live_leases import LiveLeases
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,9 +29,12 @@ class CycleInput:
     """The pool each pending request was last seen waiting on (to skip unchanged wait records)."""
 
 
-def load_snapshot(conn: sa.Connection, definitions: Definitions, now: datetime) -> CycleInput:
+def load_snapshot(
+    conn: sa.Connection, definitions: Definitions, now: datetime, live: LiveLeases | None = None
+) -> CycleInput:
+    """``live`` is what the leader kept of the live leases from its last cycle (none: read them all)."""
+    leases = (live if live is not None else LiveLeases()).load(conn)
     # all(): one fetchall per query; iterating a result fetches its rows one driver call at a time
-    leases = [lease_of(row) for row in conn.execute(LIVE_LEASES).mappings().all()]
     queued_at: dict[str, datetime] = {}
     wait_pool: dict[str, str | None] = {}
     requests = []
