@@ -283,13 +283,16 @@ async def generate(urls: list[str], token: str, count: int, args: Any, ready: An
     window = Window(args.hold)
     gate = asyncio.Semaphore(ACQUIRE_CONCURRENCY)
     ends = [url.removeprefix("http://").partition(":") for url in urls]
+    source = source_address(ends[0][0], offset)
     conns = [
-        Connection(host, int(port), token) for i in range(count) for host, _, port in [ends[(offset + i) % len(ends)]]
+        Connection(host, int(port), token, source)
+        for i in range(count)
+        for host, _, port in [ends[(offset + i) % len(ends)]]
     ]
 
     settled = 0
     groups = [BatchGroup() for _ in ends]
-    beaters = [Connection(host, int(port), token) for host, _, port in ends]
+    beaters = [Connection(host, int(port), token, source) for host, _, port in ends]
     tasks: list[asyncio.Task[Any]] = []
     if args.batch:  # renewing from the first grant on: acquiring ten thousand takes longer than a TTL
         for group, conn in zip(groups, beaters, strict=True):
@@ -314,7 +317,7 @@ async def generate(urls: list[str], token: str, count: int, args: Any, ready: An
         for (host, _, port), group, beater in zip(ends, groups, beaters, strict=True):
             requests = list(group.lease_of)
             for start in range(0, len(requests), args.batch):
-                watch = Connection(host, int(port), token)
+                watch = Connection(host, int(port), token, source)
                 chunk = requests[start : start + args.batch]
                 tasks.append(asyncio.create_task(batch_watch(watch, beater, group, chunk, window, samples)))
         samples.held = sum(1 for a in acquired if a is not None)
@@ -333,6 +336,13 @@ async def generate(urls: list[str], token: str, count: int, args: Any, ready: An
     for conn in conns:
         conn.close()
     return samples
+
+
+def source_address(server_host: str, generator: int) -> str | None:
+    """A loopback source address of the generator's own (127.0.0.2, 127.0.0.3…) when the server is on
+    loopback: Linux offers each source address its own ephemeral ports (``ip_local_port_range``, about
+    28,000), which 30,000 connections from one address to one server port would run out of."""
+    return f"127.0.0.{2 + generator}" if server_host == "127.0.0.1" and generator < 250 else None
 
 
 def generator_main(

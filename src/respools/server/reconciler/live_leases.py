@@ -52,6 +52,8 @@ CHANGING = tuple(
 grant (a column added later is read here unless it is listed as fixed)."""
 
 LIVE_CHANGING = sa.select(*(LEASES.c[name] for name in CHANGING)).where(sa.text(LIVE_STATES_SQL))
+"""Read through the driver's own cursor (:func:`_driver_rows`): plain tuples, compared as the driver gives
+them, and converted to Python values only for a lease whose columns moved."""
 LEASES_BY_ID = sa.select(LEASES).where(LEASES.c.id.in_(sa.bindparam("ids", expanding=True)))
 UNSEEN_CHUNK = 1000
 """Whole rows read per statement for leases not seen before (a new leader reads them all)."""
@@ -64,13 +66,17 @@ class LiveLeases:
 
     def __init__(self) -> None:
         self._known: dict[str, tuple[Sequence[Any], Lease]] = {}
+        self._decoders: _Decoders | None = None
 
     def __len__(self) -> int:
         return len(self._known)
 
     def load(self, conn: sa.Connection) -> list[Lease]:
         """Every live lease as of this read, in the order the database returned them."""
-        rows = conn.execute(LIVE_CHANGING).all()
+        rows = _driver_rows(conn)
+        decoders = self._decoders
+        if decoders is None or decoders.dialect is not conn.dialect:
+            decoders = self._decoders = _Decoders(conn.dialect)
         known = self._known
         current: dict[str, tuple[Sequence[Any], Lease]] = {}
         unseen: dict[str, Sequence[Any]] = {}
@@ -82,15 +88,54 @@ class LiveLeases:
             elif entry[0] == row:
                 current[lease_id] = entry
             else:
-                current[lease_id] = (row, _moved(entry[1], row))
+                current[lease_id] = (row, _moved(entry[1], decoders.values(row)))
         for lease in _read_whole(conn, unseen):
             # The whole row may be newer than the changing columns read above (another transaction may
             # have committed in between): the lease is built as of the first read, so that this cycle's
             # view is one read, and a later move is seen by the next cycle's comparison.
             first = unseen[lease.id]
-            current[lease.id] = (first, lease if _agrees(lease, first) else _moved(lease, first))
+            values = decoders.values(first)
+            current[lease.id] = (first, lease if _agrees(lease, values) else _moved(lease, values))
         self._known = current
         return [current[row[0]][1] for row in rows if row[0] in current]
+
+
+def _driver_rows(conn: sa.Connection) -> list[tuple[Any, ...]]:
+    """The changing columns of every live lease, as the DBAPI driver returns them.
+
+    SQLAlchemy's rows and result types cost most of reading ten thousand leases each cycle (a
+    ``Row`` per lease, six timestamps normalized per row), and almost every row is compared and dropped
+    unchanged. The statement runs on the transaction's own connection, so it sees what the rest of the
+    cycle sees."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        sql = _COMPILED.get(conn.dialect.name)
+        if sql is None:
+            sql = _COMPILED[conn.dialect.name] = str(LIVE_CHANGING.compile(dialect=conn.dialect))
+        cursor.execute(sql)
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
+
+
+_COMPILED: dict[str, str] = {}
+""":data:`LIVE_CHANGING` in each dialect's SQL (it has no parameters)."""
+
+
+class _Decoders:
+    """The result processing SQLAlchemy would apply to each changing column (timestamps to aware UTC
+    datetimes on both stores), applied to the few rows that moved."""
+
+    def __init__(self, dialect: sa.Dialect) -> None:
+        self.dialect = dialect
+        self._processors = [
+            LEASES.c[name].type.dialect_impl(dialect).result_processor(dialect, None) for name in CHANGING
+        ]
+
+    def values(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(
+            value if process is None else process(value) for process, value in zip(self._processors, row, strict=True)
+        )
 
 
 def _read_whole(conn: sa.Connection, ids: Iterable[str]) -> list[Lease]:

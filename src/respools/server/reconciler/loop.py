@@ -141,9 +141,10 @@ class Reconciler:
         self._stopping.wait(self._settings.election_interval_s)
         return False
 
-    def run_once(self) -> CycleOutcome | None:
-        """Run one cycle now (the loop's body; tests call it directly)."""
-        timings = CycleTimings()
+    def run_once(self, timings: CycleTimings | None = None) -> CycleOutcome | None:
+        """Run one cycle now (the loop's body; tests and benchmarks call it directly, the latter with
+        ``timings`` to read where the cycle's time went)."""
+        timings = timings if timings is not None else CycleTimings()
         started = time.perf_counter()
         try:
             outcome = self._leadership.run(lambda tx: run_cycle(tx, self._cache, timings, self._memory, self._live))
