@@ -57,6 +57,8 @@ ACQUIRE_CONCURRENCY = 64
 RETRY_PAUSE_S = 0.5
 """As the SDK's monitor: the pause after a failed call."""
 TICK_S = 0.1
+EARLY_S = 0.5
+"""A long-poll answered unchanged this long before its timeout counts as woken early."""
 NOTICE_GRACE_S = 600.0
 """Grace given to the preempted leases: longer than any hold, so none is revoked mid-run."""
 
@@ -77,6 +79,8 @@ class Samples:
     cpu_s: float = 0.0
     lag_ms: list[float] = field(default_factory=list)
     calls: int = 0
+    early_waits: int = 0
+    """Long-polls answered "still active" well before their timeout: woken by news that was not theirs."""
 
     def error(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
@@ -150,6 +154,8 @@ async def hold_one(
             until = max(0.05, min(next_beat, window.end or next_beat) - now)
             status, request = await conn.call("GET", f"/v1/requests/{request_id}/wait?state=active&timeout={until:.3f}")
             samples.calls += 1
+            if status == 200 and request["state"] == "active" and loop.time() - now < until - EARLY_S:
+                samples.early_waits += 1
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             samples.error(type(exc).__name__)
             conn.close()
@@ -435,6 +441,7 @@ class Figures:
     generator_lag_p99_ms: float
     generator_lag_max_ms: float
     calls_per_s: float
+    early_waits_per_s: float
     machine_busy: float
     cpu_count: int = field(default_factory=lambda: os.cpu_count() or 0)
 
@@ -442,7 +449,7 @@ class Figures:
 def run(args: argparse.Namespace) -> Figures:
     generators = args.generators or max(1, math.ceil(args.leases / 8000))
     with ExitStack() as stack:
-        logs = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="respools-held-")))
+        logs = args.logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="respools-held-")))
         db_url = stack.enter_context(scratch_database(args.pg, "respools_held"))
         db_name = db_url.rsplit("/", 1)[1]
         served = [stack.enter_context(server(db_url, args.workers, logs, ready_s=300)) for _ in range(args.replicas)]
@@ -539,6 +546,7 @@ def run(args: argparse.Namespace) -> Figures:
         generator_lag_p99_ms=percentile(lag, 0.99),
         generator_lag_max_ms=max(lag, default=float("nan")),
         calls_per_s=sum(s["calls"] for s in collected) / window,
+        early_waits_per_s=sum(s["early_waits"] for s in collected) / window,
         machine_busy=machine_busy,
     )
 
@@ -593,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="uvicorn workers per server")
     parser.add_argument("--replicas", type=int, default=1, help="servers on the same database")
     parser.add_argument("--generators", type=int, default=0, help="load generator processes (0: one per 8,000)")
+    parser.add_argument("--logs", type=Path, default=None, help="keep the servers' logs in this folder")
     parser.add_argument(
         "--batch",
         type=int,

@@ -55,12 +55,38 @@ def test_a_recheck_wakes_only_the_long_polls_whose_request_left_the_state_they_w
         watch = RequestWatch(asyncio.get_running_loop())
         with watch.watch("req_1") as first, watch.watch("req_2") as second, watch.watch("req_3") as unread:
             first.targets["req_1"] = second.targets["req_2"] = "active"
+            mark = watch.mark()
             assert sorted(watch.watched()) == ["req_1", "req_2"], "a long-poll that has not read yet waits"
-            assert watch.recheck({"req_1": "active", "req_2": "preempting"}) == 1
+            assert watch.recheck({"req_1": "active", "req_2": "preempting"}, mark) == 1
             assert not first.is_set() and second.is_set() and not unread.is_set()
-            assert watch.recheck({"req_2": "preempting"}) == 1, "a request gone from the store wakes its long-poll"
+            gone = {"req_1": None, "req_2": "preempting"}
+            assert watch.recheck(gone, mark) == 1, "a request gone from the store wakes its long-poll"
             assert first.is_set()
         assert watch.watched() == []
+
+    _run_on_own_thread(scenario())
+
+
+def test_a_recheck_judges_only_what_its_read_saw() -> None:
+    """Long-polls come and go while a recheck reads: one registered after the read began, or waiting on
+    a request the read did not ask for, read its request itself and is left alone. Judged by the older
+    read, ten thousand holders' turnover woke hundreds of long-polls per recheck for nothing."""
+
+    async def scenario() -> None:
+        watch = RequestWatch(asyncio.get_running_loop())
+        with watch.watch("req_1") as before:
+            before.targets["req_1"] = "granted"
+            mark = watch.mark()
+            asked = watch.watched()
+            with watch.watch("req_1") as after, watch.watch("req_2") as unasked:
+                after.targets["req_1"] = "active"  # it read the request after the recheck's read
+                unasked.targets["req_2"] = "active"
+                states = {"req_1": "granted"}
+                assert asked == ["req_1"]
+                assert watch.recheck(states, mark) == 0
+                assert not (before.is_set() or after.is_set() or unasked.is_set())
+                assert watch.recheck({"req_1": "active"}, mark) == 1, "the one registered before is judged"
+                assert before.is_set() and not after.is_set()
 
     _run_on_own_thread(scenario())
 
@@ -127,11 +153,12 @@ def test_a_watch_of_many_requests_learns_which_changed_and_a_resync_means_all() 
             watch.on_changes(Changes(requests={"req_2", "req_9"}))
             await asyncio.wait_for(changed.wait(), 1)
             assert changed.take_changed() == {"req_2"} and not changed.is_set()
-            assert watch.recheck({"req_1": "active", "req_2": "active", "req_3": "active"}) == 0
+            mark = watch.mark()  # after the watch registered: the reads below may judge it
+            assert watch.recheck({"req_1": "active", "req_2": "active", "req_3": "active"}, mark) == 0
             assert changed.take_changed() == set(), "a recheck that found nothing marks nothing"
             watch.on_changes(Changes(requests={"req_1"}))
             await asyncio.wait_for(changed.wait(), 1)
-            assert watch.recheck({"req_1": "preempting", "req_2": "active", "req_3": "ended"}) == 0
+            assert watch.recheck({"req_1": "preempting", "req_2": "active", "req_3": "ended"}, mark) == 0
             assert changed.take_changed() == {"req_1", "req_3"}, "a lost notice is marked even on a woken watch"
             watch.on_changes(Changes(resync=True))
             await asyncio.wait_for(changed.wait(), 1)

@@ -127,15 +127,17 @@ class Services:
         while True:
             await asyncio.sleep(self.settings.recheck_s)
             watch = self.request_watch
-            ids = watch.watched() if watch is not None else []
-            if watch is None or not ids:
+            if watch is None:
+                continue
+            mark, ids = watch.mark(), watch.watched()
+            if not ids:
                 continue
             try:
                 states = await run_in_threadpool(self.db.read, lambda conn, ids=ids: _request_states(conn, ids))
             except (DatabaseUnavailable, DBAPIError) as exc:
                 log.warning("could not recheck the watched requests (%s); retrying", exc)
                 continue
-            woken = watch.recheck(states)
+            woken = watch.recheck(states, mark)
             if woken:
                 log.info("woke %d long-polls whose notification was lost", woken)
 
@@ -173,8 +175,9 @@ class Services:
         return head_revision()
 
 
-def _request_states(conn: sa.Connection, ids: list[str]) -> dict[str, str]:
-    states: dict[str, str] = {}
+def _request_states(conn: sa.Connection, ids: list[str]) -> dict[str, str | None]:
+    """The state of each of ``ids``; ``None`` for a request no longer stored."""
+    states: dict[str, str | None] = dict.fromkeys(ids)
     for start in range(0, len(ids), RECHECK_CHUNK):
         rows = conn.execute(REQUEST_STATES, {"k_ids": ids[start : start + RECHECK_CHUNK]})
         states.update({row.id: row.state for row in rows})

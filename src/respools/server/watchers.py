@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from respools.server.changes import Changes, Granted
@@ -15,8 +15,10 @@ class Waiter(asyncio.Event):
     them), and which of them were said to change since it last looked: a watch of many requests re-reads
     only those, so that a wake costs what changed rather than what is watched."""
 
-    def __init__(self) -> None:
+    def __init__(self, serial: int = 0) -> None:
         super().__init__()
+        self.serial = serial
+        """The order of its registration among the process's long-polls (see :meth:`RequestWatch.mark`)."""
         self.targets: dict[str, str] = {}
         self._changed: set[str] = set()
         self._everything = False
@@ -54,6 +56,7 @@ class RequestWatch:
         self._granted: dict[str, Granted] = {}
         self.long_polls = 0
         """Long-polls and watches registered now (one each, however many requests a watch names)."""
+        self._registered = 0
 
     def on_changes(self, changes: Changes) -> None:
         if changes.resync:
@@ -88,15 +91,27 @@ class RequestWatch:
         """The requests some long-poll waits on with a known target state."""
         return [i for i, waiters in self._waiters.items() if any(i in w.targets for w in waiters)]
 
-    def recheck(self, states: dict[str, str]) -> int:
-        """Wake the long-polls whose request's state (as just read; absent: deleted) is no longer the one
-        they wait to leave. Returns how many were woken: each was owed a notification."""
+    def mark(self) -> int:
+        """Taken before a recheck's read: the long-polls registered until now are the ones it may judge."""
+        return self._registered
+
+    def recheck(self, states: Mapping[str, str | None], mark: int) -> int:
+        """Wake the long-polls whose request's state, as read after ``mark`` (``None``: deleted), is no
+        longer the one they wait to leave. Returns how many were woken: each was owed a notification.
+
+        Only what the read can speak for is judged: requests it read, and long-polls registered before
+        it began. Every other long-poll read its request itself after registering, and at ten thousand
+        holders hundreds of them come and go while a read runs: judged by a read that never saw them
+        (or saw them before their own read), they were woken for nothing, and every false wake is one
+        more call, which made the next read slower still."""
         woken = 0
         for request_id, waiters in list(self._waiters.items()):
-            state = states.get(request_id)
+            if request_id not in states:
+                continue
+            state = states[request_id]
             for waiter in waiters:
                 target = waiter.targets.get(request_id)
-                if target is not None and state != target:
+                if target is not None and waiter.serial < mark and state != target:
                     woken += not waiter.is_set()
                     waiter.changed(request_id)  # even when already woken: by the news of another request
         return woken
@@ -111,7 +126,8 @@ class RequestWatch:
     @contextmanager
     def watch_many(self, request_ids: list[str]) -> Iterator[Waiter]:
         """One event set whenever any of ``request_ids`` changes (a holder of many leases' watch)."""
-        event = Waiter()
+        event = Waiter(self._registered)
+        self._registered += 1
         for request_id in request_ids:
             self._waiters.setdefault(request_id, set()).add(event)
         self.long_polls += 1
