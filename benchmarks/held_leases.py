@@ -136,8 +136,8 @@ async def hold_one(
             if now >= next_beat:
                 started = time.perf_counter()
                 status, lease = await conn.call("POST", f"/v1/leases/{lease_id}/heartbeat")
-                samples.calls += 1
                 if window.inside(loop.time()):
+                    samples.calls += 1
                     samples.heartbeats_ms.append(1000 * (time.perf_counter() - started))
                 if status != 200:
                     samples.error(f"heartbeat {status}")
@@ -153,9 +153,10 @@ async def hold_one(
                 continue
             until = max(0.05, min(next_beat, window.end or next_beat) - now)
             status, request = await conn.call("GET", f"/v1/requests/{request_id}/wait?state=active&timeout={until:.3f}")
-            samples.calls += 1
-            if status == 200 and request["state"] == "active" and loop.time() - now < until - EARLY_S:
-                samples.early_waits += 1
+            if window.inside(loop.time()):
+                samples.calls += 1
+                early = status == 200 and request["state"] == "active" and loop.time() - now < until - EARLY_S
+                samples.early_waits += early
         except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
             samples.error(type(exc).__name__)
             conn.close()
@@ -214,8 +215,8 @@ async def batch_beats(
                 samples.error(type(exc).__name__)
                 conn.close()
                 continue
-            samples.calls += 1
             if window.inside(loop.time()):
+                samples.calls += 1
                 samples.heartbeats_ms.append(1000 * (time.perf_counter() - started))
             if status != 200:
                 samples.error(f"batch heartbeat {status}")
@@ -249,7 +250,7 @@ async def batch_watch(
             watch.close()
             await asyncio.sleep(RETRY_PAUSE_S)
             continue
-        samples.calls += 1
+        samples.calls += window.inside(loop.time())
         if status != 200:
             samples.error(f"watch {status}")
             await asyncio.sleep(RETRY_PAUSE_S)
@@ -452,7 +453,11 @@ def run(args: argparse.Namespace) -> Figures:
         logs = args.logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="respools-held-")))
         db_url = stack.enter_context(scratch_database(args.pg, "respools_held"))
         db_name = db_url.rsplit("/", 1)[1]
-        served = [stack.enter_context(server(db_url, args.workers, logs, ready_s=300)) for _ in range(args.replicas)]
+        leader = [stack.enter_context(server(db_url, 1, logs, ready_s=300))] if args.leader_apart else []
+        served = [
+            stack.enter_context(server(db_url, args.workers, logs, ready_s=300, reconciler=not args.leader_apart))
+            for _ in range(args.replicas)
+        ]
         urls = [s.url for s in served]
         token = define_world(urls[0])
         ctx = mp.get_context("spawn")
@@ -474,7 +479,7 @@ def run(args: argparse.Namespace) -> Figures:
         live = admin.get("/v1/leases", params={"live": "true", "limit": 1000}).json()
         victims = random.sample([lease["id"] for lease in live], min(args.preempt, len(live)))
 
-        servers = [p for s in served for p in tree(s.pid)]
+        servers = [p for s in [*leader, *served] for p in tree(s.pid)]
         server_cpu_before = sum(p.cpu_times().user + p.cpu_times().system for p in servers)
         work_before, pids = database_counters(args.pg, db_name)
         db_cpu_before = cpu_of(pids)
@@ -518,7 +523,8 @@ def run(args: argparse.Namespace) -> Figures:
         replicas=args.replicas,
         workers=args.workers,
         generators=generators,
-        mode=f"batch of {args.batch}" if args.batch else "one lease per connection",
+        mode=(f"batch of {args.batch}" if args.batch else "one lease per connection")
+        + (", leader apart" if args.leader_apart else ""),
         hold_s=window,
         interval_s=args.interval,
         heartbeats=len(beats),
@@ -602,6 +608,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=1, help="servers on the same database")
     parser.add_argument("--generators", type=int, default=0, help="load generator processes (0: one per 8,000)")
     parser.add_argument("--logs", type=Path, default=None, help="keep the servers' logs in this folder")
+    parser.add_argument(
+        "--leader-apart",
+        action="store_true",
+        help="run the reconciler in a server process of its own that no holder calls (the replicas serve "
+        "with --no-reconciler)",
+    )
     parser.add_argument(
         "--batch",
         type=int,

@@ -149,7 +149,9 @@ class Served:
 
 
 @contextmanager
-def server(database_url: str, workers: int, log_dir: Path, ready_s: float = 60.0) -> Iterator[Served]:
+def server(
+    database_url: str, workers: int, log_dir: Path, ready_s: float = 60.0, reconciler: bool = True
+) -> Iterator[Served]:
     port = free_port()
     env = os.environ | {
         "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
@@ -166,6 +168,7 @@ def server(database_url: str, workers: int, log_dir: Path, ready_s: float = 60.0
         str(port),
         "--workers",
         str(workers),
+        "--reconciler" if reconciler else "--no-reconciler",
     ]
     log = (log_dir / f"server-{port}.log").open("wb")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
