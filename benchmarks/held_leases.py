@@ -399,6 +399,18 @@ def cpu_of(pids: list[int]) -> dict[int, float]:
     return out
 
 
+def run_queue_wait(processes: list[psutil.Process]) -> float:
+    """Seconds the main threads of ``processes`` spent runnable but not running (``/proc/PID/schedstat``,
+    Linux only; 0 elsewhere)."""
+    total = 0.0
+    for process in processes:
+        try:
+            total += int(Path(f"/proc/{process.pid}/schedstat").read_text().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
 def tree(pid: int) -> list[psutil.Process]:
     root = psutil.Process(pid)
     return [root, *root.children(recursive=True)]
@@ -430,6 +442,9 @@ class Figures:
     """Cores busy in the server processes over the window (1.0: one core, all the time)."""
     database_cpu: float
     """… in the scratch database's PostgreSQL backends."""
+    server_cpu_wait: float
+    """Seconds per second the server processes' main threads (the event loops) were ready to run and
+    waited for a CPU: on a shared 2-core machine, latency that is the machine's rather than the server's."""
     server_rss_mb: float
     db_transactions_per_s: float
     db_rows_fetched_per_s: float
@@ -481,6 +496,7 @@ def run(args: argparse.Namespace) -> Figures:
 
         servers = [p for s in [*leader, *served] for p in tree(s.pid)]
         server_cpu_before = sum(p.cpu_times().user + p.cpu_times().system for p in servers)
+        waited_before = run_queue_wait(servers)
         work_before, pids = database_counters(args.pg, db_name)
         db_cpu_before = cpu_of(pids)
         psutil.cpu_percent()
@@ -496,6 +512,7 @@ def run(args: argparse.Namespace) -> Figures:
         time.sleep(max(0.0, window_start + args.hold - time.monotonic()))
         window = time.monotonic() - window_start
         server_cpu = sum(p.cpu_times().user + p.cpu_times().system for p in servers) - server_cpu_before
+        waited = run_queue_wait(servers) - waited_before
         rss = sum(p.memory_info().rss for p in servers)
         machine_busy = psutil.cpu_percent() / 100
         work_after, pids_after = database_counters(args.pg, db_name)
@@ -540,6 +557,7 @@ def run(args: argparse.Namespace) -> Figures:
         error_kinds=kinds | ({"notice not heard": len(sent) - len(notices)} if len(sent) > len(notices) else {}),
         acquire_s=acquire_s,
         server_cpu=server_cpu / window,
+        server_cpu_wait=waited / window,
         database_cpu=db_cpu / window,
         server_rss_mb=rss / 2**20,
         db_transactions_per_s=(work_after.transactions - work_before.transactions) / window,
@@ -586,7 +604,7 @@ def print_table(figures: list[Figures]) -> None:
             f"{f.heartbeat_p50_ms:.1f} / {f.heartbeat_p99_ms:.1f} ms",
             f"{f.notice_p50_ms:.0f} / {f.notice_p99_ms:.0f} / {f.notice_max_ms:.0f} ms ({f.noticed}/{f.preempted})",
             str(f.errors) + (f" {f.error_kinds}" if f.error_kinds else ""),
-            f"{100 * f.server_cpu:.0f}%",
+            f"{100 * f.server_cpu:.0f}% (wait {100 * f.server_cpu_wait:.0f}%)",
             f"{100 * f.database_cpu:.0f}%",
             f"{f.server_rss_mb:,.0f} MB",
             f"{f.db_transactions_per_s:,.0f}",
