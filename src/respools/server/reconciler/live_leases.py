@@ -2,11 +2,11 @@
 
 A grant fixes most of a lease's row for good (who, where, how much, which devices, its labels); what moves
 afterwards is a handful of scalar columns: its state, expiry, notice, checkpoints. Reading and decoding
-every live lease in full every cycle (JSON columns parsed, models built) cost the leader most of a core at
-10,000 held leases, and its thread held the GIL that the same worker's HTTP event loop needs, so every
-heartbeat answered by that worker waited behind it (issue 25). Each cycle now reads the changing columns
-of every live lease, reads whole rows only for the leases it has not seen, and builds a model again only
-for the leases whose changing columns moved, mostly the renewals of the last flush.
+every live lease in full every cycle (JSON columns parsed, models built) cost the leader 0.7 s of CPU per
+cycle at 10,000 held leases, every tick, in a thread of an HTTP worker (issue 25). Each cycle now reads
+the changing columns of every live lease, reads whole rows only for the leases it has not seen, and
+builds a model again only for the leases whose changing columns moved, mostly the renewals of the last
+flush.
 
 The copy is only ever a cache of what this cycle read: a lease is taken from it only when the columns
 just read equal those it was built from, and the columns it keeps are those no statement changes after
@@ -97,7 +97,9 @@ class LiveLeases:
             values = decoders.values(first)
             current[lease.id] = (first, lease if _agrees(lease, values) else _moved(lease, values))
         self._known = current
-        return [current[row[0]][1] for row in rows if row[0] in current]
+        # A live lease is never deleted, so each id read has its entry; were one missing, the KeyError
+        # fails the cycle rather than leaving the lease (and the devices it holds) out of the snapshot.
+        return [current[row[0]][1] for row in rows]
 
 
 def _driver_rows(conn: sa.Connection) -> list[tuple[Any, ...]]:
