@@ -72,3 +72,21 @@ def test_a_lease_of_a_shorter_ttl_quickens_the_keepers_pace(world: WorldFactory)
         w.client.release(started.id)
     finally:
         keeper.stop()
+
+
+def test_news_of_a_request_with_two_kept_leases_ends_the_older(world: WorldFactory) -> None:
+    """A requeued request briefly has two kept leases (its holder adds the new grant before removing the
+    old one): news of the request names the new lease, so the older is the one that ended. The keeper
+    finds a request's leases by an index, not a scan of every lease held; this pins its answer."""
+    w = world(capacity={"gpu": 2})
+    first = w.client.submit(RequestSpec(resources={"gpu": 1}), wait=10)
+    assert first.lease_id is not None
+    ended: list[str] = []
+    keeper = LeaseKeeper(w.client, ttl_s=60, on_notice=lambda *_: None, on_end=lambda lid, _: ended.append(lid))
+    old = first.model_copy(update={"lease_id": "lse_old"})
+    keeper.add(old)
+    keeper.add(first)
+    keeper._follow(first)  # the watch thread's handling of one answer, without its timing
+    assert ended == ["lse_old"] and keeper.held == [first.lease_id]
+    keeper.remove(first.lease_id)
+    assert keeper.held == [] and not keeper._leases

@@ -49,6 +49,9 @@ class LeaseKeeper:
         self._lock = threading.Lock()
         self._requests: dict[str, str] = {}
         """Lease id → its request id."""
+        self._leases: dict[str, list[str]] = {}
+        """Request id → its kept leases, oldest first (a requeued request briefly has two): the news of a
+        request finds its lease without a scan of every lease held."""
         self._seen: dict[str, RequestState] = {}
         """Request id → the state last seen (what the watch waits for it to leave)."""
         self._noticed: set[str] = set()
@@ -63,7 +66,7 @@ class LeaseKeeper:
         if request.lease_id is None:
             raise ValueError(f"request {request.id} holds no lease")
         with self._lock:
-            self._requests[request.lease_id] = request.id
+            self._keep(request.lease_id, request.id)
             self._seen[request.id] = request.state
             if request.state == RequestState.PREEMPTING:
                 self._noticed.add(request.lease_id)
@@ -77,7 +80,7 @@ class LeaseKeeper:
         shortens the interval for all: a holder serving pools of several TTLs renews at the pace of the
         shortest."""
         with self._lock:
-            self._requests[lease.id] = lease.request_id
+            self._keep(lease.id, lease.request_id)
             self._seen[lease.request_id] = lease.state
             if lease.state == RequestState.PREEMPTING:
                 self._noticed.add(lease.id)
@@ -105,7 +108,23 @@ class LeaseKeeper:
             request_id = self._requests.pop(lease_id, None)
             if request_id is not None:
                 self._seen.pop(request_id, None)
+                leases = self._leases[request_id]
+                leases.remove(lease_id)
+                if not leases:
+                    del self._leases[request_id]
             self._noticed.discard(lease_id)
+
+    def _keep(self, lease_id: str, request_id: str) -> None:
+        """Record a kept lease (called under the lock); a lease belongs to one request for good."""
+        if lease_id in self._requests:
+            return
+        self._requests[lease_id] = request_id
+        self._leases.setdefault(request_id, []).append(lease_id)
+
+    def _lease_of(self, request_id: str) -> str | None:
+        """The oldest kept lease of ``request_id`` (called under the lock)."""
+        leases = self._leases.get(request_id)
+        return leases[0] if leases else None
 
     @property
     def held(self) -> list[str]:
@@ -199,7 +218,7 @@ class LeaseKeeper:
             if request.id not in self._seen:
                 return  # removed meanwhile
             self._seen[request.id] = request.state
-            lease_id = next((lease for lease, rid in self._requests.items() if rid == request.id), None)
+            lease_id = self._lease_of(request.id)
         if lease_id is None:
             return
         if request.lease_id == lease_id and request.state in _HELD:
@@ -211,7 +230,7 @@ class LeaseKeeper:
 
     def _forget_request(self, request_id: str) -> None:
         with self._lock:
-            lease_id = next((lease for lease, rid in self._requests.items() if rid == request_id), None)
+            lease_id = self._lease_of(request_id)
         if lease_id is not None:
             self._ended(lease_id, None)
 
