@@ -650,12 +650,7 @@ class _Lane:
 
 class _Queue:
     """One subject's undecided requests, one lane per group, taken in the subject's order (request
-    priority, then submission time).
-
-    Which lanes are settled is kept between turns rather than judged again for every lane at every
-    turn: while no decision changed a pool (``_Cycle.changes`` is the same), a settled lane stays
-    settled, and a lane becomes settled only by failing (``failed``). After such a change the lanes
-    are sorted out again (``_sort_out``)."""
+    priority, then submission time)."""
 
     def __init__(self, cycle: _Cycle) -> None:
         self.cycle = cycle
@@ -663,29 +658,18 @@ class _Queue:
         self.next_lane: _Lane | None = None
         self.alike: dict[tuple[object, ...], list[_Lane]] = {}
         """Lanes by eligibility signature: only lanes of one signature can fail alike."""
-        self.sorted_at = -1
-        """``cycle.changes`` when the lanes below were sorted out; -1 when they must be again."""
-        self.unsettled: list[tuple[Entry, int, _Lane]] = []
-        """A heap of the unsettled lanes by their next request's entry. Kept lazily: a lane that
-        settled or ran out since is dropped, and one whose entry moved on is pushed again, when it
-        comes up (entries only grow)."""
-        self.settled: dict[int, tuple[list[tuple[float, ...]], list[_Lane]]] = {}
-        """The settled lanes per rank (request priority), greatest standing first (``_Lane.order``,
-        which holds while no pool changes), after their standings negated item by item (ascending, for
-        ``bisect``)."""
 
     def add(self, proto: RequestView) -> None:
         lane = _Lane(self.cycle, proto)
         self.lanes.append(lane)
         self.alike.setdefault(proto.group.eligibility.signature, []).append(lane)
-        self.sorted_at = -1
 
     def failed(self, lane: _Lane, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
         """Settle ``lane``, and the subject's lanes that are bound to fail alike now: the same
         constraints and pools, no higher priority, at least as much asked, and short of free capacity
         on no other key (a key it alone lacks would bring the leases borrowing that key into its
         preemption); not where fair-share preemption may apply, whose greedy choice is not monotone."""
-        self._fail(lane, shortfall, versions)
+        lane.fail(shortfall, versions)
         proto = lane.proto
         if proto.preemptible and any(state.spec.fair_share_preemption for state, _ in proto.candidates):
             return
@@ -700,79 +684,42 @@ class _Queue:
             if larger is None:
                 larger = dominating[pair] = dominates(more, demand)
             if larger and all(_short_alike(state, more, demand) for state, _ in proto.candidates):
-                self._fail(other, shortfall, versions)
-
-    def _fail(self, lane: _Lane, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
-        """``lane.fail``, and the lane moved to the settled ones if they are sorted out for now (else
-        the next turn sorts them out again anyway) and it has requests left."""
-        lane.fail(shortfall, versions)
-        if self.sorted_at == self.cycle.changes and lane.start < len(lane.ids):
-            self._add_settled(lane)  # and it leaves the heap of unsettled lanes when it comes up there
-
-    def _add_settled(self, lane: _Lane) -> None:
-        order = lane.order()
-        negated = (-order[0], -order[1], -order[2])
-        found = self.settled.get(lane.rank)
-        if found is None:
-            self.settled[lane.rank] = ([negated], [lane])
-            return
-        orders, lanes = found
-        at = bisect.bisect_right(orders, negated)
-        orders.insert(at, negated)
-        lanes.insert(at, lane)
-
-    def _sort_out(self) -> None:
-        """Which lanes are settled, now that a pool changed (or lanes came or went)."""
-        self.unsettled, self.settled = [], {}
-        changes = self.cycle.changes
-        for number, lane in enumerate(self.lanes):
-            if lane.proto.group.failure is not None and (lane.changes == changes or lane.settled()):
-                self._add_settled(lane)
-            else:
-                self.unsettled.append((lane.entry(lane.start), number, lane))
-        heapq.heapify(self.unsettled)
-        self.sorted_at = changes
+                other.fail(shortfall, versions)
 
     def turn(self) -> OrderKey | None:
         """The key at which the subject's next unsettled request is decided: the greatest key of the
         subject's requests up to it, settled ones included (each must have had its turn first); None
         while every request left is settled. Settled requests already answered or passed only repeat
         keys below it."""
-        changes = self.cycle.changes
-        if self.sorted_at != changes:
-            self._sort_out()
-        unsettled = self.unsettled
+        settled: list[_Lane] = []
         lane: _Lane | None = None
         head: Entry | None = None
-        while unsettled:
-            head, number, lane = unsettled[0]
-            if lane.changes == changes or lane.start == len(lane.ids):  # settled (see ``_Lane.changes``), or done
-                heapq.heappop(unsettled)
-                lane = head = None
+        changes = self.cycle.changes
+        for candidate in self.lanes:
+            if candidate.changes == changes or (candidate.proto.group.failure is not None and candidate.settled()):
+                settled.append(candidate)  # (``_Lane.changes``: known settled while no pool changed)
                 continue
-            entry = lane.entry(lane.start)
-            if entry != head:  # its request was taken: the next one's entry
-                heapq.heapreplace(unsettled, (entry, number, lane))
-                lane = head = None
-                continue
-            break
+            start = candidate.start
+            entry = (candidate.rank, candidate.times[start], candidate.ids[start])
+            if head is None or entry < head:
+                lane, head = candidate, entry
         self.next_lane = lane
         if lane is None or head is None:
             return None
         turn = lane.key(lane.start)
-        lowest: tuple[float, ...] = (-turn[0], -turn[1], -turn[2])  # the turn's standing, negated as the lanes' are
+        standing = turn[:3]
         rank = head[0]
-        for settled_rank, (orders, lanes) in self.settled.items():
-            if settled_rank > rank:
-                continue  # their requests all come after the head in the subject's order
-            for negated, other in zip(orders, lanes, strict=True):  # greatest standing first
-                if negated > lowest:
-                    break  # every key of this group and the ones after it is below the turn: none can raise it
-                end = other.before(head)
-                if end > other.start:
-                    key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
-                    if key > turn:
-                        turn, lowest = key, negated
+        for other in settled:
+            if other.rank > rank:
+                continue  # its requests all come after the head in the subject's order
+            order = other.order()
+            if order < standing:
+                continue  # every key of the group is below the turn: it cannot raise it
+            end = other.before(head)
+            if end > other.start:
+                key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
+                if key > turn:
+                    turn, standing = key, order
         return turn
 
     def pop(self, lane: _Lane) -> RequestView:
@@ -810,7 +757,6 @@ class _Queue:
         lane.start = end
         if end == len(lane.ids):
             self.lanes.remove(lane)
-            self.sorted_at = -1
         self.cycle._wait_failing(lane.proto, ids)
 
 
