@@ -45,7 +45,7 @@ def _request(number: int, nominated: str | None) -> Request:
 
 
 def _grouping(buckets: Buckets) -> dict[object, list[str]]:
-    return {known.key: ids for known, _, ids in buckets.values()}
+    return {known.key: ids for known, _, ids, _ in buckets.values()}
 
 
 @given(_cycles)

@@ -52,9 +52,10 @@ def _expected(queue: list[Request]) -> dict[object, list[str]]:
 def _got(queue: list[Request]) -> dict[object, list[str]]:
     buckets = bucketed(queue)
     out: dict[object, list[str]] = {}
-    for _, bucket, ids in buckets.values():
+    for _, bucket, ids, times in buckets.values():
         first = bucket[0]
         assert [r.id for r in bucket] == ids, "ids run parallel to their requests"
+        assert [r.submitted_at for r in bucket] == times, "and so do submission times"
         out[(first.subject, first.resources["gpu"], first.priority)] = ids
     return out
 
@@ -73,5 +74,5 @@ def test_buckets_are_in_queue_order_whatever_order_the_queue_comes_in(
 
 def test_a_tie_in_submission_time_is_broken_by_id_even_when_handed_over_the_other_way() -> None:
     late, early = _queue([(1, "a", 1, 0), (1, "a", 1, 0)])  # same second: r000, r001
-    ((_, _, ids),) = bucketed([early, late]).values()
+    ((_, _, ids, _),) = bucketed([early, late]).values()
     assert ids == ["r000", "r001"]

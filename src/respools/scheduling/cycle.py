@@ -102,6 +102,20 @@ class _Cycle:
         nothing to preempt, while it holds."""
         self.last_run: tuple[RequestGroup, WaitRun] | None = None
         """The group whose failure the last run of waits reports, so that its next requests join it."""
+        self.standings: dict[tuple[int, int], tuple[int, Standing]] = {}
+        """Per subject's quota and demand (by identity), its standing (``_standing``) and the quota's
+        version it holds for: every look-alike group that asks alike of one first-choice pool shares it."""
+        self.dominating: dict[tuple[int, int], bool] = {}
+        """Whether one demand dominates another (by identity): asked again at every failure of a group."""
+
+    def standing(self, rv: RequestView) -> tuple[int, Standing]:
+        """``_standing`` of the group of ``rv``, with the version of its subject's quota it holds for."""
+        quota = rv.candidates[0][1]
+        key = (id(quota), id(rv.demand))
+        found = self.standings.get(key)
+        if found is None or found[0] != quota.version:
+            found = self.standings[key] = (quota.version, _standing(rv))
+        return found
 
     def run(self) -> Decisions:
         live = self._expire(self.snapshot.leases)
@@ -166,11 +180,9 @@ class _Cycle:
         nominated: list[RequestView] = []
         classified: dict[int, Eligibility] = {}
         shapes: dict[tuple[object, ...], Derived] = {}
-        for known, bucket, ids in members.values():
-            bucket.reverse()
-            ids.reverse()
+        for known, bucket, ids, times in members.values():
             key = known.key
-            rv = view_of(bucket[-1], known, RequestGroup(_UNCLASSIFIED, bucket, ids), shapes)
+            rv = view_of(bucket[0], known, RequestGroup(_UNCLASSIFIED, bucket, ids, times), shapes)
             # Eligibility does not depend on request priority or nomination: classify once for all.
             eligibility = classified.get(known.eligibility_class)
             if eligibility is None:
@@ -195,7 +207,7 @@ class _Cycle:
                 if key[5] is not None:
                     nominated.append(rv)
             else:
-                self.decisions.rejects.extend(Reject(request_id, eligibility.rejection) for request_id in reversed(ids))
+                self.decisions.rejects.extend(Reject(request_id, eligibility.rejection) for request_id in ids)
         heads.sort(key=_queue_order)
         nominated.sort(key=_queue_order)
         return heads, nominated
@@ -243,19 +255,21 @@ class _Cycle:
             if entry is None:
                 continue
             state, quota = entry
+            group = proto.group
             undecided = []
-            for request in reversed(proto.group.members):
+            for index, request in enumerate(group.members):
                 rv = proto.sibling(request)
                 if self._try_grant(state, quota, rv, worded=False) is None:
                     continue
                 victims = [lv for lv in in_flight.get(rv.id, []) if lv.pool == state.name]
                 if not victims:
-                    undecided.append(request)
+                    undecided.append(index)
                     continue
                 self._hold(state, quota, rv, victims)
                 self._wait(rv, (WaitReason.PREEMPTING, waiting_for(victims)), state.name)
-            proto.group.members = undecided[::-1]
-            proto.group.ids = [request.id for request in proto.group.members]
+            group.members = [group.members[index] for index in undecided]
+            group.ids = [group.ids[index] for index in undecided]
+            group.times = [group.times[index] for index in undecided]
 
     # -- (5) the queues -----------------------------------------------------------------------------
 
@@ -555,9 +569,9 @@ class _Lane:
         self.cycle = cycle
         self.proto = proto
         group = proto.group
-        self.members = group.members[::-1]
-        self.ids = group.ids[::-1]
-        self.times: list[datetime] = [request.__dict__["submitted_at"] for request in self.members]
+        self.members = group.members  # the group's own lists: the lane only moves ``start`` along them
+        self.ids = group.ids
+        self.times = group.times
         self.start = 0
         self.rank = -proto.priority
         candidates = proto.candidates
@@ -565,7 +579,8 @@ class _Lane:
         self.quota = candidates[0][1]
         self.standing: tuple[int, Standing] | None = None
         self.changes = -1
-        """``cycle.changes`` when the group last failed: while it is the same, no pool changed since."""
+        """``cycle.changes`` when the group last failed or was last found settled: while it is the same,
+        no pool changed since, and the group is settled."""
 
     def entry(self, index: int) -> Entry:
         """The member's place in its subject's order: request priority, submission time, id."""
@@ -574,16 +589,14 @@ class _Lane:
     def key(self, index: int) -> OrderKey:
         """The member's place among all subjects' requests (§2.4); submission times compare as the
         timestamps they are, without converting each."""
-        cached = self.standing
-        if cached is None or cached[0] != self.quota.version:
-            cached = self.standing = (self.quota.version, _standing(self.proto))
-        order = cached[1]
+        order = self.order()
         return (order[0], order[1], order[2], self.times[index], self.ids[index])
 
     def order(self) -> Standing:
+        """The first items of every member's key: the group's standing, while its subject's is the same."""
         cached = self.standing
         if cached is None or cached[0] != self.quota.version:
-            cached = self.standing = (self.quota.version, _standing(self.proto))
+            cached = self.standing = self.cycle.standing(self.proto)
         return cached[1]
 
     def versions(self) -> tuple[int, ...]:
@@ -597,7 +610,13 @@ class _Lane:
         if group.failure is None:
             return False
         if old is None:
-            return self.changes == self.cycle.changes or group.failed_at == self.versions()
+            changes = self.cycle.changes
+            if self.changes == changes:
+                return True
+            if group.failed_at == self.versions():
+                self.changes = changes  # known settled: it stays so until a decision changes a pool
+                return True
+            return False
         if self.changes == self.cycle.changes - 1:
             return True
         return group.failed_at == tuple([old.get(state.name, state.version) for state in self.states])
@@ -654,18 +673,17 @@ class _Queue:
         proto = lane.proto
         if proto.preemptible and any(state.spec.fair_share_preemption for state, _ in proto.candidates):
             return
-        demand = proto.demand
+        demand, rank = proto.demand, lane.rank
+        changes, dominating = self.cycle.changes, self.cycle.dominating
         for other in self.alike[proto.group.eligibility.signature]:
-            alike = other.proto
-            if (
-                other is lane
-                or other.start == len(other.ids)
-                or other.rank < lane.rank
-                or not dominates(alike.demand, demand)
-                or other.settled()
-            ):
-                continue
-            if all(_short_alike(state, alike.demand, demand) for state, _ in proto.candidates):
+            if other.changes == changes or other.rank < rank or other.start == len(other.ids) or other.settled():
+                continue  # settled already (``lane`` too), of higher priority, or done
+            more = other.proto.demand
+            pair = (id(more), id(demand))  # demands are shared by look-alike keys and live as long as the cycle
+            larger = dominating.get(pair)
+            if larger is None:
+                larger = dominating[pair] = dominates(more, demand)
+            if larger and all(_short_alike(state, more, demand) for state, _ in proto.candidates):
                 other.fail(shortfall, versions)
 
     def turn(self) -> OrderKey | None:
@@ -678,8 +696,8 @@ class _Queue:
         head: Entry | None = None
         changes = self.cycle.changes
         for candidate in self.lanes:
-            if candidate.proto.group.failure is not None and (candidate.changes == changes or candidate.settled()):
-                settled.append(candidate)
+            if candidate.changes == changes or (candidate.proto.group.failure is not None and candidate.settled()):
+                settled.append(candidate)  # (``_Lane.changes``: known settled while no pool changed)
                 continue
             start = candidate.start
             entry = (candidate.rank, candidate.times[start], candidate.ids[start])
@@ -689,15 +707,19 @@ class _Queue:
         if lane is None or head is None:
             return None
         turn = lane.key(lane.start)
+        standing = turn[:3]
         rank = head[0]
         for other in settled:
             if other.rank > rank:
                 continue  # its requests all come after the head in the subject's order
+            order = other.order()
+            if order < standing:
+                continue  # every key of the group is below the turn: it cannot raise it
             end = other.before(head)
             if end > other.start:
                 key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
                 if key > turn:
-                    turn = key
+                    turn, standing = key, order
         return turn
 
     def pop(self, lane: _Lane) -> RequestView:

@@ -9,12 +9,12 @@ from the last one chosen, dropping every victim whose release turns out not to b
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from respools.model import GPU, PreemptReason, is_mig_key
 from respools.scheduling.fit import quota_miss
-from respools.scheduling.placement import Held, HostSlots, Shape
+from respools.scheduling.placement import Freed, Held, HostSlots, Shape, freed
 from respools.scheduling.requests import RequestView
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota
 from respools.scheduling.vectors import Vector, add_into
@@ -132,13 +132,7 @@ def _could_fit(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection:
     key = (_could_fit, selection.key, shape)
     fits = cache.get(key)
     if fits is None:
-        held = [lv.held for lv in selection.leases()]
-        devices.release_all(held)
-        try:
-            fits = cache[key] = devices.fits(shape, _where_to_look(shape, held))
-        finally:
-            for devices_of_lease in held:
-                devices.apply(devices_of_lease)
+        fits = cache[key] = devices.fits_released(shape, selection.freed(quota))
     return cast(bool, fits)
 
 
@@ -155,13 +149,7 @@ def _others_suffice(pool: PoolState, quota: SubjectQuota, rv: RequestView, selec
     key = (_others_suffice, selection.key[:-1], shape)
     fits = cache.get(key)
     if fits is None:
-        held = [lv.held for _, _, leases in selection.others for lv in leases]
-        devices.release_all(held)
-        try:
-            fits = cache[key] = devices.fits(shape, _where_to_look(shape, held))
-        finally:
-            for devices_of_lease in held:
-                devices.apply(devices_of_lease)
+        fits = cache[key] = devices.fits_released(shape, selection.others_freed())
     return cast(bool, fits)
 
 
@@ -258,6 +246,15 @@ class _Victims:
     leases: list[LeaseView]
     by_keys: dict[frozenset[str], tuple[list[LeaseView], Vector]]
     by_priority: dict[int, tuple[list[LeaseView], Vector]]
+    freed_by: dict[int, tuple[list[LeaseView], Freed]] = field(default_factory=dict)
+    """Per list of these leases (by identity, the list kept with it), what it frees on the map."""
+
+    def freed(self, leases: list[LeaseView]) -> Freed:
+        """What releasing ``leases`` frees on the map: summed once, asked by every waiter that may take them."""
+        found = self.freed_by.get(id(leases))
+        if found is None:
+            found = self.freed_by[id(leases)] = (leases, freed(lv.held for lv in leases))
+        return found[1]
 
     def below(self, priority: int) -> tuple[list[LeaseView], Vector]:
         """The leases of lower request priority than ``priority``, and what they hold in all."""
@@ -323,8 +320,13 @@ class _Selection:
     def empty(self) -> bool:
         return not self.others and not self.own
 
-    def leases(self) -> list[LeaseView]:
-        return [lv for _, _, leases in self.others for lv in leases] + self.own
+    def others_freed(self) -> list[Freed]:
+        """What the other subjects' candidates free on the pool's map, list by list."""
+        return [_victims(other).freed(leases) for other, _, leases in self.others]
+
+    def freed(self, quota: SubjectQuota) -> list[Freed]:
+        """What every candidate frees on the pool's map (``quota`` is the waiter's), list by list."""
+        return [*self.others_freed(), _victims(quota).freed(self.own)]
 
     def candidates(self, quota: SubjectQuota) -> list[Candidate]:
         out = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from operator import attrgetter, itemgetter
 
 from respools.model import STEP_RUN, Request, WaitReason
@@ -36,9 +37,12 @@ class RequestGroup:
 
     eligibility: Eligibility
     members: list[Request]
-    """The group's requests not yet decided, the next one last (so that taking it is a pop)."""
+    """The group's requests not yet decided, oldest first (the queue's order, as bucketed)."""
     ids: list[str]
     """The ids of ``members``, in the same order."""
+    times: list[datetime]
+    """The submission times of ``members``, in the same order: read while bucketing, which reads
+    every request anyway, so that ordering the group's requests never reads them again."""
     failure: tuple[WaitReason, str] | None = None
     """The shortfall the group's last request served met."""
     failed_at: tuple[int, ...] = ()
@@ -104,9 +108,10 @@ class KnownGroup:
     derived: Derived | None = None
 
 
-Buckets = dict[int, tuple[KnownGroup, list[Request], list[str]]]
-"""Look-alike requests and their ids by group, each bucket oldest first (ties by id). Keyed by a small
-number per distinct group key, so that requests already known are bucketed without hashing their key."""
+Buckets = dict[int, tuple[KnownGroup, list[Request], list[str], list[datetime]]]
+"""Look-alike requests, their ids and submission times by group, each bucket oldest first (ties by id).
+Keyed by a small number per distinct group key, so that requests already known are bucketed without
+hashing their key."""
 
 _ELIGIBILITY_FIELDS = itemgetter("subject", "preemptible", "replicas", "gpu_class", "max_runtime_s")
 _SUBMISSION_ORDER = attrgetter("submitted_at", "id")
@@ -201,10 +206,11 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
                 known[request_id] = entry
         bucket = buckets.get(entry.number)
         if bucket is None:
-            buckets[entry.number] = (entry, [request], [request_id])
+            buckets[entry.number] = (entry, [request], [request_id], [submitted])
         else:
             bucket[1].append(request)
             bucket[2].append(request_id)
+            bucket[3].append(submitted)
     return buckets
 
 
