@@ -332,7 +332,7 @@ class _Cycle:
                 for (state, _), was, now in zip(proto.candidates, before, after, strict=True):
                     if was != now:
                         touched |= failed_on.get(state.name, set())
-                for other in touched:
+                for other in sorted(touched):  # a set of names: sorted, so positions do not follow the hash seed
                     if other != subject and other in queues:
                         queues[other].settle_below(turn, old)
                         retarget(other)
