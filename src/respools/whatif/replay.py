@@ -1,6 +1,8 @@
 """One trace against one set of definitions, on a simulated clock.
 
-The state is :class:`respools.simulation.Simulation`, and every decision comes from the scheduling core
+The state is a :class:`respools.simulation.Simulation` (``TrackedSimulation``, which keeps the queue and
+the live leases as they change instead of filtering them each cycle: every change below goes through
+its methods), and every decision comes from the scheduling core
 (``schedule``) the service's reconciler runs; what this module adds is the lifecycle around it that
 the service leaves to clients and time: steps arrive, run for their work, finish and release; a step
 under notice checkpoints and steps aside (within its grace), and is requeued by the same rule the
