@@ -1,6 +1,8 @@
 """One trace against one set of definitions, on a simulated clock.
 
-The state is :class:`respools.simulation.Simulation`, and every decision comes from the scheduling core
+The state is a :class:`respools.simulation.Simulation` (``TrackedSimulation``, which keeps the queue and
+the live leases as they change instead of filtering them each cycle: every change below goes through
+its methods), and every decision comes from the scheduling core
 (``schedule``) the service's reconciler runs; what this module adds is the lifecycle around it that
 the service leaves to clients and time: steps arrive, run for their work, finish and release; a step
 under notice checkpoints and steps aside (within its grace), and is requeued by the same rule the
@@ -26,8 +28,8 @@ from datetime import UTC, datetime, timedelta
 from enum import IntEnum
 
 from respools.model import GPU, MILLI, PolicySpec, PoolSpec, Request, RequestState, ReservationSpec, Resources
-from respools.simulation import Simulation
 from respools.whatif.trace import TraceJob
+from respools.whatif.tracked import TrackedSimulation
 
 DEFAULT_START = datetime(2026, 1, 5, tzinfo=UTC)  # a Monday: synthetic traces start their week there
 
@@ -106,7 +108,7 @@ class _Live:
 @dataclass
 class _Replay:
     jobs: Sequence[TraceJob]
-    sim: Simulation
+    sim: TrackedSimulation
     options: ReplayOptions
     progress: Callable[[float], None] | None = None
     clock: float = 0.0
@@ -174,16 +176,18 @@ class _Replay:
         rid = f"q{len(self.records):07d}"
         record = JobRecord(job.id, job.subject, job.submit_s, _gpus(job.resources) * job.replicas)
         self.records.append(record)
-        self.sim.requests[rid] = Request(
-            id=rid,
-            subject=job.subject,
-            resources=Resources(job.resources),
-            replicas=job.replicas,
-            preemptible=job.preemptible,
-            priority=job.priority,
-            pools=list(job.pools) if job.pools else None,
-            max_retries=job.max_retries,
-            submitted_at=self.sim.now,
+        self.sim.enqueue(
+            Request(
+                id=rid,
+                subject=job.subject,
+                resources=Resources(job.resources),
+                replicas=job.replicas,
+                preemptible=job.preemptible,
+                priority=job.priority,
+                pools=list(job.pools) if job.pools else None,
+                max_retries=job.max_retries,
+                submitted_at=self.sim.now,
+            )
         )
         self.live[rid] = _Live(job, record, rid, pending_since=self.clock)
         self.pending += 1
@@ -206,7 +210,7 @@ class _Replay:
         for reject in decisions.rejects:
             entry = self.live.pop(reject.request_id)
             entry.record.outcome, entry.record.reason = "rejected", reject.reason
-            del self.sim.requests[reject.request_id]
+            self.sim.forget(reject.request_id)
         pools = {p.name: p for p in self.sim.pools}
         for preempt in decisions.preemptions:
             grace = pools[preempt.pool].preemption_grace_s
@@ -221,13 +225,10 @@ class _Replay:
             return  # preempted since: this attempt never finishes
         lease_id = entry.lease_id
         self.account(entry, self.clock, preempted=False)
-        lease = self.sim.leases[lease_id]
-        if lease.state == RequestState.PREEMPTING:
-            lease.state = RequestState.RELEASED  # done within its grace: nothing to requeue
-        else:
-            self.sim.release(lease_id)
+        self.sim.finished(lease_id)
         entry.record.outcome = "done"
-        del self.live[request_id], self.sim.requests[request_id], self.sim.leases[lease_id]
+        del self.live[request_id], self.sim.leases[lease_id]
+        self.sim.forget(request_id)
         self.changed()
 
     def step_aside(self, lease_id: str) -> None:
@@ -255,7 +256,8 @@ class _Replay:
             self.pending += 1
         else:
             entry.record.outcome = "preempted"
-            del self.live[request_id], self.sim.requests[request_id]
+            del self.live[request_id]
+            self.sim.forget(request_id)
         self.changed()
 
     def account(self, entry: _Live, end_s: float, *, preempted: bool, lost_s: float = 0.0) -> None:
@@ -292,7 +294,7 @@ def replay(
 ) -> RunResult:
     """Replay ``jobs`` (sorted by ``submit_s``) against the definitions; ``progress`` hears the clock."""
     options = options or ReplayOptions()
-    sim = Simulation(
+    sim = TrackedSimulation(
         pools=pools,
         policies=policies,
         reservations=list(reservations),
