@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from respools import __version__
 from respools.server import dashboard
 from respools.server.errors import install_error_handlers
-from respools.server.gc_tuning import tune_for_serving
+from respools.server.gc_tuning import collect_when_due, tune_for_serving, tuned_for_serving
 from respools.server.input_guard import InputGuard
 from respools.server.log_format import configure_logging
 from respools.server.metrics import Metrics
@@ -120,9 +120,12 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     await run_in_threadpool(services.start)
     recheck = asyncio.create_task(services.recheck_waiters(), name="respools-recheck-waiters")
     renewals = asyncio.create_task(services.renewals.run(), name="respools-renewals")
+    collector = asyncio.create_task(collect_when_due(), name="respools-gc") if tuned_for_serving() else None
     try:
         yield
     finally:
+        if collector is not None:
+            collector.cancel()
         recheck.cancel()
         renewals.cancel()  # its last flush writes what it still holds
         with contextlib.suppress(asyncio.CancelledError):
