@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from respools.model import Lease
 from respools.server.codec import lease_of
+from respools.server.db.database import Database
 from respools.server.db.tables import LEASES, LIVE_STATES_SQL
 from respools.server.reconciler.live_leases import FIXED_AT_GRANT, LiveLeases
 from tests.server.conftest import Api
@@ -25,7 +26,7 @@ class Observer:
     """Reads the store after each step: the kept copy, a full read, and every lease's fixed columns."""
 
     def __init__(self, api: Api) -> None:
-        self.db = api.client.app.state.services.db  # type: ignore[attr-defined]
+        self.db: Database = api.client.app.state.services.db  # type: ignore[attr-defined]
         self.kept = LiveLeases()
         self.fixed: dict[str, dict[str, Any]] = {}
         self.steps = 0
