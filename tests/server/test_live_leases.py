@@ -7,7 +7,6 @@ the copy takes as fixed: the day a statement starts changing one, they fail."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import sqlalchemy as sa
@@ -18,6 +17,7 @@ from respools.server.db.database import Database
 from respools.server.db.tables import LEASES, LIVE_STATES_SQL
 from respools.server.reconciler.live_leases import FIXED_AT_GRANT, LiveLeases
 from tests.server.conftest import Api
+from tests.server.test_api import wait_for
 
 FULL_LIVE = sa.select(LEASES).where(sa.text(LIVE_STATES_SQL))
 
@@ -48,16 +48,6 @@ class Observer:
         return full
 
 
-def wait_until(predicate: Any, timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
-
-
 def test_the_kept_copy_equals_a_full_read_through_every_step_of_a_lease_life(api: Api) -> None:
     seen = Observer(api)
     world = api.world({"gpu": 9}, preemption_grace_s=0.3, init_timeout_s=1.0)
@@ -80,9 +70,9 @@ def test_the_kept_copy_equals_a_full_read_through_every_step_of_a_lease_life(api
 
     # the reclaimer's waiter takes the borrowed lease through the scheduler: notice, then overdue
     waiter = api.submit(reclaimer, wait=0.5, resources={"gpu": 4}, preemptible=True)
-    notice = wait_until(lambda: seen.check("notice")[borrowed["lease_id"]].preempt_deadline)
+    notice = wait_for(lambda: seen.check("notice")[borrowed["lease_id"]].preempt_deadline)
     assert notice is not None
-    wait_until(lambda: seen.check("overdue")[borrowed["lease_id"]].overdue_since)
+    wait_for(lambda: seen.check("overdue")[borrowed["lease_id"]].overdue_since)
     api.ok("POST", f"/v1/leases/{borrowed['lease_id']}/release", world.token)
     assert borrowed["lease_id"] not in seen.check("preempted")
     assert api.wait_state(reclaimer, waiter["id"], "pending")["state"] == "granted"
@@ -92,7 +82,7 @@ def test_the_kept_copy_equals_a_full_read_through_every_step_of_a_lease_life(api
     api.ok("POST", f"/v1/leases/{held['lease_id']}/preempt", json={"message": "maintenance"})
     assert seen.check("admin notice")[held["lease_id"]].preempt_reason == "admin"
     api.ok("POST", f"/v1/leases/{held['lease_id']}/release", world.token)
-    wait_until(lambda: silent["lease_id"] not in seen.check("expired"))
+    wait_for(lambda: silent["lease_id"] not in seen.check("expired"))
     final = seen.check("end")
     assert held["lease_id"] not in final and borrowed["lease_id"] not in final
     assert seen.steps >= 10
