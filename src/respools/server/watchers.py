@@ -105,11 +105,8 @@ class RequestWatch:
         (or saw them before their own read), they were woken for nothing, and every false wake is one
         more call, which made the next read slower still."""
         woken = 0
-        for request_id, waiters in list(self._waiters.items()):
-            if request_id not in states:
-                continue
-            state = states[request_id]
-            for waiter in waiters:
+        for request_id, state in states.items():
+            for waiter in self._waiters.get(request_id, ()):
                 target = waiter.targets.get(request_id)
                 if target is not None and waiter.serial < mark and state != target:
                     woken += not waiter.is_set()
