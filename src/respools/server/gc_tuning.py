@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 GROWTH_BOUND = 1_000_000
 """Net container allocations (``gc.get_count()[0]``, what CPython's own young threshold counts) that make
-a full collection due: about 40 MB of containers at most, held or garbage."""
+a full collection due: a million containers at most (some 200 MB at 200 bytes each), held or garbage."""
 MAX_INTERVAL_S = 600.0
 """Longest time between two full collections."""
 CHECK_S = 1.0
