@@ -6,9 +6,10 @@ starts ``respools server`` on a scratch PostgreSQL database (``--replicas`` serv
 database, holders spread over them), acquires ``--leases`` leases, and holds them for ``--hold``
 seconds through the REST lease protocol exactly as the SDK's :class:`~respools.client.monitor.LeaseMonitor`
 drives it — ``POST /v1/leases/{id}/heartbeat`` every ``--interval`` seconds (20 s: a third of the
-default 60 s TTL) and ``GET /v1/requests/{id}/wait?state=active&timeout=<until the next beat>``
-between beats — or, with ``--batch``, as the SDK's multi-lease holder does (one batch heartbeat and one
-watch long-poll per generator connection group). During the hold it preempts ``--preempt`` leases
+default 60 s TTL; on the monitor's :class:`~respools.client.monitor.BeatSchedule`) and
+``GET /v1/requests/{id}/wait?state=active&timeout=<until the next beat>`` between beats — or, with
+``--batch``, as the SDK's multi-lease holder does (one batch heartbeat and one watch long-poll per
+generator connection group). During the hold it preempts ``--preempt`` leases
 through the admin API and measures when each holder hears of it.
 
 It prints heartbeat p50/p99, notice p50/p99/max, errors, the CPU of the server processes and of
@@ -47,6 +48,8 @@ from typing import Any
 import httpx
 import psutil
 import psycopg
+
+from respools.client.monitor import BeatSchedule
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service import ADMIN_TOKEN, DEFAULT_PG, Connection, define_world, percentile, scratch_database, server
@@ -128,12 +131,12 @@ async def hold_one(
     conn: Connection, request_id: str, lease_id: str, interval: float, window: Window, samples: Samples
 ) -> None:
     """The SDK monitor's loop (:meth:`LeaseMonitor._run`) for one lease, until the window closes."""
-    loop = asyncio.get_running_loop()
-    next_beat = loop.time() + random.uniform(0, interval)  # holders started at different times
+    loop = asyncio.get_running_loop()  # its clock is the monitor's, time.monotonic()
+    beats = BeatSchedule(interval, loop.time(), first_in=random.uniform(0, interval))  # started at different times
     while not window.over(loop.time()):
         now = loop.time()
         try:
-            if now >= next_beat:
+            if now >= beats.due:
                 started = time.perf_counter()
                 status, lease = await conn.call("POST", f"/v1/leases/{lease_id}/heartbeat")
                 if window.inside(loop.time()):
@@ -149,9 +152,9 @@ async def hold_one(
                     samples.notices.setdefault(lease_id, time.time())
                     await conn.call("POST", f"/v1/leases/{lease_id}/release")
                     return
-                next_beat = loop.time() + interval
+                beats.beaten(loop.time())
                 continue
-            until = max(0.05, min(next_beat, window.end or next_beat) - now)
+            until = max(0.05, min(beats.due, window.end or beats.due) - now)
             status, request = await conn.call("GET", f"/v1/requests/{request_id}/wait?state=active&timeout={until:.3f}")
             if window.inside(loop.time()):
                 samples.calls += 1

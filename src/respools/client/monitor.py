@@ -10,6 +10,7 @@ server comes back within the TTL.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,9 @@ MAX_HEARTBEAT_S = 20.0
 RETRY_PAUSE_S = 0.5
 """Pause after a failed call before the next, so a down server is not hammered from every lease."""
 JOIN_S = 2.0
+BEAT_JITTER = 0.1
+"""Each interval between heartbeats is shortened by a random part of up to this share of it (never
+lengthened: the TTL's margin stays whole)."""
 
 NoticeListener = Callable[[Lease, str | None], None]
 """Called with the lease under notice and the scheduler's message."""
@@ -35,6 +39,30 @@ request as last seen, which says why."""
 
 def heartbeat_interval(ttl_s: float) -> float:
     return min(MAX_HEARTBEAT_S, max(MIN_HEARTBEAT_S, ttl_s / 3))
+
+
+class BeatSchedule:
+    """When a holder's next heartbeat is due.
+
+    Counted from when the last one was *due*, not from when its answer came: a server stall (a full
+    collection, a busy host) delays every heartbeat in flight, and holders that each waited an interval
+    from their late answers would from then on beat together, in bursts that make the next stall. Kept to
+    its own phase, a holder held up once is back on it at its next beat; one more than an interval late
+    (the server was down) starts afresh from now. Each interval is also shortened by up to
+    :data:`BEAT_JITTER` of it, so holders that started together (a gang, one cycle's grants) drift apart."""
+
+    def __init__(self, interval_s: float, now: float, *, first_in: float | None = None) -> None:
+        self.interval_s = interval_s
+        self.due = now + (self._step() if first_in is None else first_in)
+
+    def _step(self) -> float:
+        return self.interval_s * (1.0 - BEAT_JITTER * random.random())
+
+    def beaten(self, now: float) -> None:
+        """The beat due was made (answered or not) at ``now``: the next is due an interval after it was due."""
+        self.due += self._step()
+        if self.due <= now:
+            self.due = now + self._step()
 
 
 class LeaseMonitor:
@@ -77,17 +105,17 @@ class LeaseMonitor:
     # -- the thread --------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        next_beat = time.monotonic() + self._interval
+        beats = BeatSchedule(self._interval, time.monotonic())
         watched = RequestState.PREEMPTING if self._noticed else RequestState.ACTIVE
         while not self._stopping.is_set():
             now = time.monotonic()
-            if now >= next_beat:
+            if now >= beats.due:
                 if not self._beat():
                     return
-                next_beat = time.monotonic() + self._interval
+                beats.beaten(time.monotonic())
                 continue
             try:
-                request = self._client.wait_request(self._lease.request_id, state=watched, timeout=next_beat - now)
+                request = self._client.wait_request(self._lease.request_id, state=watched, timeout=beats.due - now)
             except (ServerUnreachable, ApiError) as exc:
                 if isinstance(exc, ApiError) and exc.status in (401, 403, 404):
                     log.error("lease %s: cannot watch its request any more: %s", self._lease.id, exc)
