@@ -12,12 +12,17 @@ import pytest
 from respools.definitions.document import load_definitions
 from respools.definitions.source import Source
 from respools.scheduling import Decisions
+from respools.scheduling.requests import Buckets, bucketed
 from respools.simulation import Simulation
 from respools.whatif.replay import ReplayOptions, replay
 from respools.whatif.synthetic import SyntheticSpec, generate
 from respools.whatif.tracked import TrackedSimulation
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "whatif"
+
+
+def _layout(buckets: Buckets) -> list[object]:
+    return [(known.key, [id(r) for r in members], ids, times) for known, members, ids, times in buckets.values()]
 
 
 def test_every_snapshot_is_the_one_the_filter_gives(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,6 +40,8 @@ def test_every_snapshot_is_the_one_the_filter_gives(monkeypatch: pytest.MonkeyPa
         assert all(a is b for a, b in zip(kept.leases, filtered.leases, strict=True))
         assert [r.id for r in kept.requests] == [r.id for r in filtered.requests]
         assert all(a is b for a, b in zip(kept.requests, filtered.requests, strict=True))
+        assert kept.buckets is not None and filtered.buckets is None
+        assert _layout(kept.buckets) == _layout(bucketed(filtered.requests)), "bucketed as the core would"
         compared.append(len(kept.requests))
         return step(sim)
 

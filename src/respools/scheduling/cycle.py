@@ -170,9 +170,13 @@ class _Cycle:
         for ranked in pools_of.values():
             ranked.sort()
         memory = self.memory
-        groups = memory.groups if memory is not None else GroupKeys()
-        members = bucketed(requests, groups)
         s = self.snapshot
+        if s.buckets is None:
+            members = bucketed(requests, memory.groups if memory is not None else GroupKeys())
+        else:
+            members = s.buckets
+            if memory is not None and any(memory.groups.groups.get(k.key) is not k for k, _, _, _ in members.values()):
+                raise ValueError("the snapshot's buckets were keyed by other group keys than the memory's")
         kept: dict[int, KeptEligibility] = (
             {} if memory is None else memory.eligibility_for(s.now, s.pools, s.policies, s.reservations)
         )

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import attrgetter, itemgetter
+from typing import Any
 
 from respools.model import STEP_RUN, Request, WaitReason
 from respools.scheduling.placement import Shape, shape_of
@@ -173,14 +174,13 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
     """Buckets in the given order, or None as soon as that order is not the queue's.
 
     This loop runs once per waiting request per cycle, so it reads each request once, through
-    ``__dict__`` (pydantic's attribute access costs several times more), builds the key inline only
-    for a request it has not seen before, and reads ids here, in the order the requests sit in memory,
+    ``__dict__`` (pydantic's attribute access costs several times more), builds the key only for a
+    request it has not seen before, and reads ids here, in the order the requests sit in memory,
     not later bucket by bucket."""
     buckets: Buckets = {}
     if not requests:
         return buckets
     known, groups = keys.by_request, keys.groups
-    eligibility_fields = _ELIGIBILITY_FIELDS
     first = requests[0].__dict__
     last_submitted, last_id = first["submitted_at"], first["id"]
     for request in requests:
@@ -192,15 +192,7 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
         nominated = fields["nominated_pool"]
         entry = known.get(request_id)
         if entry is None or entry.key[5] != nominated:  # the key's nomination, which may be stale
-            selectors, pools = fields["selectors"], fields["pools"]
-            key: GroupKey = (
-                eligibility_fields(fields),
-                tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
-                tuple(sorted(selectors.items())) if selectors else (),
-                tuple(pools) if pools is not None else None,
-                fields["priority"],
-                nominated,
-            )
+            key = group_key(fields)
             entry = groups.get(key) or keys.first_seen(key)  # the group's: the request's key is not kept
             if remember:
                 known[request_id] = entry
@@ -212,6 +204,19 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
             bucket[2].append(request_id)
             bucket[3].append(submitted)
     return buckets
+
+
+def group_key(fields: dict[str, Any]) -> GroupKey:
+    """The group key of a request, from its ``__dict__`` (read once per request a memo has not seen)."""
+    selectors, pools = fields["selectors"], fields["pools"]
+    return (
+        _ELIGIBILITY_FIELDS(fields),
+        tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
+        tuple(sorted(selectors.items())) if selectors else (),
+        tuple(pools) if pools is not None else None,
+        fields["priority"],
+        fields["nominated_pool"],
+    )
 
 
 def derived(request: Request, key: GroupKey, cache: dict[tuple[object, ...], Derived]) -> Derived:

@@ -5,8 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from respools.model import Lease, PolicySpec, PoolSpec, Request, ReservationSpec
+
+if TYPE_CHECKING:
+    from respools.scheduling.requests import Buckets
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,3 +28,7 @@ class Snapshot:
     leases: Sequence[Lease] = ()
     requests: Sequence[Request] = ()
     reservations: Sequence[ReservationSpec] = field(default_factory=tuple)
+    buckets: Buckets | None = None
+    """``requests`` already bucketed (``requests.bucketed`` with the memory's group keys), from a caller
+    that keeps them as its queue changes (``queue.KeptQueue``), or None: the cycle buckets ``requests``.
+    Given, the cycle reads the buckets and not ``requests``: it costs in proportion to the groups."""

@@ -5,7 +5,9 @@ tests, which change states by hand between cycles, but a week's replay runs ten 
 queue of hundreds and as many leases, and that filter measured about a tenth of its time (issue 26).
 The replay changes its simulation only through the methods below, so they can keep the live leases and
 the queue as they go, in the order the filter would give them; a snapshot is then two list copies and
-the core sees exactly what it saw before.
+the core sees exactly what it saw before. The queue is also kept bucketed (``scheduling.queue.KeptQueue``)
+and handed over so (``Snapshot.buckets``): bucketing the whole queue again every cycle was most of a
+week's replay once the filter was gone.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 
 from respools.model import Lease, Request, RequestState
 from respools.scheduling import Decisions, Snapshot, schedule
+from respools.scheduling.queue import KeptQueue
 from respools.simulation import Simulation
 
 
@@ -34,6 +37,11 @@ class TrackedSimulation(Simulation):
     """The arrival number of each request of ``_queue``, to find a request's place by bisection."""
     _arrival: dict[str, int] = field(default_factory=dict)
     _arrivals: itertools.count[int] = field(default_factory=itertools.count)
+    _buckets: KeptQueue = field(init=False)
+    """``_queue`` bucketed as the core buckets it, kept as it changes (the memory's group keys)."""
+
+    def __post_init__(self) -> None:
+        self._buckets = KeptQueue(self._memory.groups)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -43,6 +51,7 @@ class TrackedSimulation(Simulation):
             leases=list(self._live.values()),
             requests=list(self._queue),
             reservations=self.reservations,
+            buckets=self._buckets.buckets(),
         )
 
     def step(self) -> Decisions:
@@ -60,6 +69,7 @@ class TrackedSimulation(Simulation):
         self._arrival[request.id] = number
         self._queue.append(request)
         self._keys.append(number)
+        self._buckets.add(request)
 
     def forget(self, request_id: str) -> None:
         """A request that left the queue for good (done, rejected or out of retries)."""
@@ -76,6 +86,8 @@ class TrackedSimulation(Simulation):
             self._dequeue(reject.request_id)
         for expiry in d.expiries:
             del self._live[expiry.lease_id]
+        for preempt in d.preemptions:  # the waiter is nominated for the pool: its group key changed
+            self._buckets.renominate(self.requests[preempt.request_id])
 
     def release(self, lease_id: str) -> None:
         super().release(lease_id)  # a preempting lease ends through ``end_preempted``
@@ -90,6 +102,7 @@ class TrackedSimulation(Simulation):
             at = bisect_left(self._keys, number)
             self._keys.insert(at, number)
             self._queue.insert(at, request)
+            self._buckets.add(request)
 
     def finished(self, lease_id: str) -> None:
         """The holder's work is done: it releases; one under notice was done within its grace, so
@@ -106,3 +119,4 @@ class TrackedSimulation(Simulation):
         at = bisect_left(self._keys, number)
         assert self._keys[at] == number, f"{request_id} is not queued"
         del self._keys[at], self._queue[at]
+        self._buckets.discard(request_id)
