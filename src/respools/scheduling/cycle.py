@@ -106,6 +106,8 @@ class _Cycle:
         """Per subject's quota and demand (by identity), its standing (``_standing``) and the quota's
         version it holds for: every look-alike group that asks alike of one first-choice pool shares it."""
         self.dominating: dict[tuple[int, int], bool] = {}
+        self.marked: list[LeaseView] = []
+        """Lease views this cycle told to go (``LeaseView.preempting``)."""
         """Whether one demand dominates another (by identity): asked again at every failure of a group."""
 
     def standing(self, rv: RequestView) -> tuple[int, Standing]:
@@ -118,13 +120,19 @@ class _Cycle:
         return found
 
     def run(self) -> Decisions:
-        live = self._expire(self.snapshot.leases)
         s = self.snapshot
+        books = s.books
+        # With books, no lease has reached its expiry: only those under notice can have a deadline.
+        live = self._expire(s.leases if books is None else books.preempting)
+        assert books is None or len(live) == len(books.preempting), "the books' leases expire later"
         kept = self.memory.accounting if self.memory is not None else None
-        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, kept)
+        self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, kept, books)
         groups, nominated = self._eligible(s.requests)
         self._serve_nominated(nominated)
         self._serve_queues(groups)
+        if books is not None:
+            for lv in self.marked:  # the caller's views: as they were (its leases are not preempting yet)
+                lv.preempting = False
         return self.decisions
 
     # -- (1) deadlines ------------------------------------------------------------------------------
@@ -459,6 +467,7 @@ class _Cycle:
         state.changed(*(state.quotas[subject] for subject in {lv.subject for lv in plan.victims}))
         for lv in plan.victims:
             lv.preempting = True
+            self.marked.append(lv)
             add_into(state.quotas[lv.subject].leaving, lv.resources)
         ids = tuple(lv.id for lv in plan.victims)
         subjects = sorted({lv.subject for lv in plan.victims})

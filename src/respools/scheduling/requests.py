@@ -174,13 +174,14 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
     """Buckets in the given order, or None as soon as that order is not the queue's.
 
     This loop runs once per waiting request per cycle, so it reads each request once, through
-    ``__dict__`` (pydantic's attribute access costs several times more), builds the key only for a
-    request it has not seen before, and reads ids here, in the order the requests sit in memory,
+    ``__dict__`` (pydantic's attribute access costs several times more), builds the key inline only
+    for a request it has not seen before, and reads ids here, in the order the requests sit in memory,
     not later bucket by bucket."""
     buckets: Buckets = {}
     if not requests:
         return buckets
     known, groups = keys.by_request, keys.groups
+    eligibility_fields = _ELIGIBILITY_FIELDS
     first = requests[0].__dict__
     last_submitted, last_id = first["submitted_at"], first["id"]
     for request in requests:
@@ -192,7 +193,15 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
         nominated = fields["nominated_pool"]
         entry = known.get(request_id)
         if entry is None or entry.key[5] != nominated:  # the key's nomination, which may be stale
-            key = group_key(fields)
+            selectors, pools = fields["selectors"], fields["pools"]
+            key: GroupKey = (  # ``group_key``, inlined: a new leader's first cycle builds thousands
+                eligibility_fields(fields),
+                tuple(fields["resources"].items()),  # insertion order: look-alike steps are written alike
+                tuple(sorted(selectors.items())) if selectors else (),
+                tuple(pools) if pools is not None else None,
+                fields["priority"],
+                nominated,
+            )
             entry = groups.get(key) or keys.first_seen(key)  # the group's: the request's key is not kept
             if remember:
                 known[request_id] = entry
@@ -207,7 +216,7 @@ def _bucket(requests: Sequence[Request], keys: GroupKeys, remember: bool) -> Buc
 
 
 def group_key(fields: dict[str, Any]) -> GroupKey:
-    """The group key of a request, from its ``__dict__`` (read once per request a memo has not seen)."""
+    """The group key of a request, from its ``__dict__``: what ``_bucket`` builds inline."""
     selectors, pools = fields["selectors"], fields["pools"]
     return (
         _ELIGIBILITY_FIELDS(fields),

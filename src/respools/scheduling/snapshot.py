@@ -11,6 +11,7 @@ from respools.model import Lease, PolicySpec, PoolSpec, Request, ReservationSpec
 
 if TYPE_CHECKING:
     from respools.scheduling.requests import Buckets
+    from respools.scheduling.state import LeaseBooks
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +33,7 @@ class Snapshot:
     """``requests`` already bucketed (``requests.bucketed`` with the memory's group keys), from a caller
     that keeps them as its queue changes (``queue.KeptQueue``), or None: the cycle buckets ``requests``.
     Given, the cycle reads the buckets and not ``requests``: it costs in proportion to the groups."""
+    books: LeaseBooks | None = None
+    """``leases`` already summed per pool and subject, from a caller that keeps them so as leases come
+    and go (``books.KeptLeases``), or None: the cycle sums ``leases``. Given, the cycle reads the books
+    and not ``leases``: it costs in proportion to the subjects and the leases under notice."""

@@ -4,7 +4,7 @@ leases that hold capacity. Built from a snapshot, then updated in place as the c
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter
@@ -234,6 +234,23 @@ class PoolState:
         return self.derived
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class LeaseBooks:
+    """A snapshot's live leases already summed per pool and subject, by a caller that keeps them so as
+    they are granted and end (``books.KeptLeases``): what ``build_pools`` would sum from the leases, for
+    a cycle at a time when no lease has reached its ``expires_at`` (so that none expires or is revoked)."""
+
+    held: dict[str, list[tuple[str, Vector, list[LeaseView]]]]
+    """Per pool, per subject with leases there (in the order of its first lease id): its usage, and its
+    leases' views in id order; the cycle's own copies."""
+    preempting: list[Lease]
+    """The leases under notice, in the snapshot's order."""
+    leases: Mapping[str, Lease]
+    """Every live lease by id (read only: a preempting lease's view and a lease's placement)."""
+    views: Mapping[str, LeaseView]
+    """Every live lease's view by id."""
+
+
 @dataclass(eq=False)
 class Kept:
     """What the accounting keeps from one cycle to the next (part of ``Memory``, which holds it here so
@@ -252,9 +269,11 @@ def build_pools(
     reservations: Sequence[ReservationSpec],
     leases: Sequence[Lease],
     memory: Kept | None = None,
+    books: LeaseBooks | None = None,
 ) -> dict[str, PoolState]:
     """The accounting of every pool at ``now``. With a ``memory``, what follows from a pool's spec or
-    a lease's grant alone is taken from the cycles before, and kept for the ones after."""
+    a lease's grant alone is taken from the cycles before, and kept for the ones after. With ``books``,
+    the leases are taken as summed there, and ``leases`` is not read."""
     now_ts = now.timestamp()
     kept_pools = memory.pools if memory is not None else {}
     states: dict[str, PoolState] = {}
@@ -301,7 +320,10 @@ def build_pools(
         quota = _quota(state, reservation.subject)
         if start <= now_ts:
             add_into(quota.reserved, reservation.resources)
-    _account_leases(states, sorted(leases, key=attrgetter("id")), memory)
+    if books is None:
+        _account_leases(states, sorted(leases, key=attrgetter("id")), memory)
+    else:
+        _account_books(states, books)
     return states
 
 
@@ -343,6 +365,41 @@ def _account_leases(states: dict[str, PoolState], leases: list[Lease], memory: K
             devices.apply(view.held)
     if memory is not None and len(known) > 2 * len(leases) + 1024:
         memory.leases = {lease.__dict__["id"]: known[lease.__dict__["id"]] for lease in leases}
+
+
+def _account_books(states: dict[str, PoolState], books: LeaseBooks) -> None:
+    """``_account_leases`` from sums kept as the leases came and went: per subject and pool rather
+    than per lease, but for the leases under notice, which are few, and the devices of pools with an
+    inventory. The same accounting: integer sums, subjects met in the same order, leases in id order."""
+    for pool, held in books.held.items():
+        state = states.get(pool)
+        if state is None:
+            continue
+        free = state.free
+        for subject, usage, views in held:
+            quota = state.quotas.get(subject) or _quota(state, subject)
+            quota.usage, quota.leases = usage, views
+            for key, amount in usage.items():
+                if key in free:
+                    free[key] -= amount
+        devices = state.devices
+        if devices is not None:
+            for view in sorted((view for _, _, views in held for view in views), key=attrgetter("id")):
+                if view.resolved_on is not devices:
+                    placement = books.leases[view.id].__dict__["placement"]
+                    view.held, view.resolved_on = devices.resolve(placement), devices
+                devices.apply(view.held)
+    for lease in sorted(books.preempting, key=attrgetter("id")):
+        fields = lease.__dict__
+        view = books.views[fields["id"]]
+        state = states.get(view.pool)
+        if state is None:
+            continue
+        view.preempting = True
+        view.preempted_for = fields["preempted_for"]
+        view.overdue_since = fields["overdue_since"]
+        add_into(state.quotas[view.subject].leaving, view.resources)
+        state.preempting.append(view)
 
 
 def _quota(state: PoolState, subject: str) -> SubjectQuota:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from respools.model import Lease, Request, RequestState
 from respools.scheduling import Decisions, Snapshot, schedule
+from respools.scheduling.books import KeptLeases
 from respools.scheduling.queue import KeptQueue
 from respools.simulation import Simulation
 
@@ -39,6 +40,8 @@ class TrackedSimulation(Simulation):
     _arrivals: itertools.count[int] = field(default_factory=itertools.count)
     _buckets: KeptQueue = field(init=False)
     """``_queue`` bucketed as the core buckets it, kept as it changes (the memory's group keys)."""
+    _books: KeptLeases = field(default_factory=KeptLeases)
+    """``_live`` summed per pool and subject as the core sums it, kept as it changes."""
 
     def __post_init__(self) -> None:
         self._buckets = KeptQueue(self._memory.groups)
@@ -52,6 +55,7 @@ class TrackedSimulation(Simulation):
             requests=list(self._queue),
             reservations=self.reservations,
             buckets=self._buckets.buckets(),
+            books=self._books.books(self.now),
         )
 
     def step(self) -> Decisions:
@@ -82,20 +86,26 @@ class TrackedSimulation(Simulation):
             self._dequeue(request.id)
             assert request.lease_id is not None
             self._live[request.lease_id] = self.leases[request.lease_id]
+            self._books.add(self.leases[request.lease_id])
         for reject in d.rejects:
             self._dequeue(reject.request_id)
         for expiry in d.expiries:
-            del self._live[expiry.lease_id]
+            self._end(expiry.lease_id)
         for preempt in d.preemptions:  # the waiter is nominated for the pool: its group key changed
             self._buckets.renominate(self.requests[preempt.request_id])
+            for lease_id in preempt.lease_ids:  # now under notice
+                self._books.changed(self.leases[lease_id])
+        for overdue in d.overdue:
+            self._books.changed(self.leases[overdue.lease_id])
 
     def release(self, lease_id: str) -> None:
         super().release(lease_id)  # a preempting lease ends through ``end_preempted``
-        self._live.pop(lease_id, None)
+        if lease_id in self._live:
+            self._end(lease_id)
 
     def end_preempted(self, lease_id: str) -> None:
         super().end_preempted(lease_id)
-        del self._live[lease_id]
+        self._end(lease_id)
         request = self.requests[self.leases[lease_id].request_id]
         if request.state == RequestState.PENDING:
             number = self._arrival[request.id]
@@ -110,9 +120,13 @@ class TrackedSimulation(Simulation):
         lease = self.leases[lease_id]
         if lease.state == RequestState.PREEMPTING:
             lease.state = RequestState.RELEASED
-            del self._live[lease_id]
+            self._end(lease_id)
         else:
             self.release(lease_id)
+
+    def _end(self, lease_id: str) -> None:
+        del self._live[lease_id]
+        self._books.discard(lease_id)
 
     def _dequeue(self, request_id: str) -> None:
         number = self._arrival[request_id]
