@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -37,3 +37,11 @@ class Snapshot:
     """``leases`` already summed per pool and subject, from a caller that keeps them so as leases come
     and go (``books.KeptLeases``), or None: the cycle sums ``leases``. Given, the cycle reads the books
     and not ``leases``: it costs in proportion to the subjects and the leases under notice."""
+
+    def __setstate__(self, state: list[object]) -> None:
+        """A snapshot pickled before the last fields were added (benchmarks save snapshots with one
+        version of the core and count another on them) gets their defaults."""
+        for index, each in enumerate(fields(self)):
+            factory = each.default_factory
+            value = state[index] if index < len(state) else factory() if callable(factory) else each.default
+            object.__setattr__(self, each.name, value)
