@@ -1,12 +1,13 @@
 """Live leases kept summed per pool and subject as they change, for a caller that sees every lease
 granted and ended.
 
-``build_pools`` charges every live lease to its subject and pool every cycle: right for the reconciler's
-leader, which reads its leases from the store each cycle, but a replay holds hundreds of leases of which
-a cycle changes a few, and that loop (with the deadline check before it) was a third of a week's replay
-once the queue was kept bucketed (issue 26). A caller that changes its leases only through the methods
-below keeps the sums here and hands a copy to each cycle (``Snapshot.books``), which then costs in
-proportion to the subjects and the leases under notice.
+``build_pools`` charges every live lease to its subject and pool every cycle, although a cycle changes
+a few of them: that loop (with the deadline check before it) was a third of a week's replay once the
+queue was kept bucketed (issue 26), and most of the reconciler leader's cycle at 10,000 held leases
+(issue 25). A caller that knows which leases came, went or moved (the replay, which makes every change;
+the leader's copy of the live leases, ``server.reconciler.live_leases``, which compares what it reads)
+keeps the sums here and hands a copy to each cycle (``Snapshot.books``), which then costs in proportion
+to the subjects and the leases under notice.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class KeptLeases:
         overdue, and when it expires."""
         fields = lease.__dict__
         lease_id = fields["id"]
+        self._leases[lease_id] = lease  # the same object, or a new model of the same lease
         view = self._views[lease_id]
         view.preempting = fields["state"] == RequestState.PREEMPTING
         view.preempted_for, view.overdue_since = fields["preempted_for"], fields["overdue_since"]

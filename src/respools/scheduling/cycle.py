@@ -106,9 +106,9 @@ class _Cycle:
         """Per subject's quota and demand (by identity), its standing (``_standing``) and the quota's
         version it holds for: every look-alike group that asks alike of one first-choice pool shares it."""
         self.dominating: dict[tuple[int, int], bool] = {}
+        """Whether one demand dominates another (by identity): asked again at every failure of a group."""
         self.marked: list[LeaseView] = []
         """Lease views this cycle told to go (``LeaseView.preempting``)."""
-        """Whether one demand dominates another (by identity): asked again at every failure of a group."""
 
     def standing(self, rv: RequestView) -> tuple[int, Standing]:
         """``_standing`` of the group of ``rv``, with the version of its subject's quota it holds for."""
@@ -127,12 +127,14 @@ class _Cycle:
         assert books is None or len(live) == len(books.preempting), "the books' leases expire later"
         kept = self.memory.accounting if self.memory is not None else None
         self.pools = build_pools(s.now, s.pools, s.policies, s.reservations, live, kept, books)
-        groups, nominated = self._eligible(s.requests)
-        self._serve_nominated(nominated)
-        self._serve_queues(groups)
-        if books is not None:
-            for lv in self.marked:  # the caller's views: as they were (its leases are not preempting yet)
-                lv.preempting = False
+        try:
+            groups, nominated = self._eligible(s.requests)
+            self._serve_nominated(nominated)
+            self._serve_queues(groups)
+        finally:
+            if books is not None:
+                for lv in self.marked:  # the caller's views: as they were (its leases are not preempting yet)
+                    lv.preempting = False
         return self.decisions
 
     # -- (1) deadlines ------------------------------------------------------------------------------

@@ -12,16 +12,25 @@ The copy is only ever a cache of what this cycle read: a lease is taken from it 
 just read equal those it was built from, and the columns it keeps are those no statement changes after
 the grant (:data:`FIXED_AT_GRANT`; a test runs a lease through its life and checks it). Lease ids are
 never reused, so the copy stays right across lost and regained leadership.
+
+The copy also keeps the live leases summed per pool and subject (:class:`~respools.scheduling.books.KeptLeases`),
+brought up to date with the few leases that came, went or moved, and hands the sums to the core
+(``Snapshot.books``): charging every live lease to its subject anew was most of what was left of the
+cycle's CPU at 10,000 held leases (~6 µs a lease), and it is the leader's alone, so it bounds how many
+leases all replicas together can hold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
 from respools.model import Lease, PreemptReason, RequestState
+from respools.scheduling.books import KeptLeases
+from respools.scheduling.state import LeaseBooks
 from respools.server.codec import construct, lease_of
 from respools.server.db.tables import LEASES, LIVE_STATES_SQL
 
@@ -67,17 +76,28 @@ class LiveLeases:
     def __init__(self) -> None:
         self._known: dict[str, tuple[Sequence[Any], Lease]] = {}
         self._decoders: _Decoders | None = None
+        self._books = KeptLeases()
+
+    def _forget(self) -> None:
+        self._known, self._books = {}, KeptLeases()
 
     def __len__(self) -> int:
         return len(self._known)
 
     def load(self, conn: sa.Connection) -> list[Lease]:
         """Every live lease as of this read, in the order the database returned them."""
+        try:
+            return self._load(conn)
+        except BaseException:
+            self._forget()  # half brought up to date: the next read starts afresh
+            raise
+
+    def _load(self, conn: sa.Connection) -> list[Lease]:
         rows = _driver_rows(conn)
         decoders = self._decoders
         if decoders is None or decoders.dialect is not conn.dialect:
             decoders = self._decoders = _Decoders(conn.dialect)
-        known = self._known
+        known, books = self._known, self._books
         current: dict[str, tuple[Sequence[Any], Lease]] = {}
         unseen: dict[str, Sequence[Any]] = {}
         for row in rows:
@@ -88,18 +108,28 @@ class LiveLeases:
             elif entry[0] == row:
                 current[lease_id] = entry
             else:
-                current[lease_id] = (row, _moved(entry[1], decoders.values(row)))
+                current[lease_id] = entry = (row, _moved(entry[1], decoders.values(row)))
+                books.changed(entry[1])
+        if len(current) < len(known):  # some ended
+            for lease_id in known.keys() - current.keys():
+                books.discard(lease_id)
         for lease in _read_whole(conn, unseen):
             # The whole row may be newer than the changing columns read above (another transaction may
             # have committed in between): the lease is built as of the first read, so that this cycle's
             # view is one read, and a later move is seen by the next cycle's comparison.
             first = unseen[lease.id]
             values = decoders.values(first)
-            current[lease.id] = (first, lease if _agrees(lease, values) else _moved(lease, values))
+            current[lease.id] = entry = (first, lease if _agrees(lease, values) else _moved(lease, values))
+            books.add(entry[1])
         self._known = current
         # A live lease is never deleted, so each id read has its entry; were one missing, the KeyError
         # fails the cycle rather than leaving the lease (and the devices it holds) out of the snapshot.
         return [current[row[0]][1] for row in rows]
+
+    def books(self, now: datetime) -> LeaseBooks | None:
+        """The leases of the last :meth:`load`, summed for a cycle at ``now`` (None when one of them may
+        have expired by then: that cycle sums them itself, as it must to expire them)."""
+        return self._books.books(now)
 
 
 def _driver_rows(conn: sa.Connection) -> list[tuple[Any, ...]]:

@@ -32,8 +32,10 @@ class CycleInput:
 def load_snapshot(
     conn: sa.Connection, definitions: Definitions, now: datetime, live: LiveLeases | None = None
 ) -> CycleInput:
-    """``live`` is what the leader kept of the live leases from its last cycle (none: read them all)."""
-    leases = (live if live is not None else LiveLeases()).load(conn)
+    """``live`` is what the leader kept of the live leases from its last cycle (none: read them all),
+    and then also sums them for the core."""
+    kept = live if live is not None else LiveLeases()
+    leases = kept.load(conn)
     # all(): one fetchall per query; iterating a result fetches its rows one driver call at a time
     queued_at: dict[str, datetime] = {}
     wait_pool: dict[str, str | None] = {}
@@ -51,5 +53,6 @@ def load_snapshot(
         leases=leases,
         requests=requests,
         reservations=definitions.active_reservations(now),
+        books=kept.books(now) if live is not None else None,
     )
     return CycleInput(snapshot, definitions, {p.name: p for p in pools}, queued_at, wait_pool)
