@@ -8,16 +8,19 @@ from the last one chosen, dropping every victim whose release turns out not to b
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
 from respools.model import GPU, PreemptReason, is_mig_key
 from respools.scheduling.fit import quota_miss
-from respools.scheduling.placement import Freed, Held, HostSlots, Shape, freed
+from respools.scheduling.placement import Freed, HostSlots, Shape, freed
 from respools.scheduling.requests import RequestView
 from respools.scheduling.state import LeaseView, PoolState, SubjectQuota
 from respools.scheduling.vectors import Vector, add_into
+
+Basis = tuple[frozenset[str], bool, bool]
+"""What selection starts from, as far as a ``Futile`` needs it: the keys the waiter comes short on, and
+whether it was within its limit and its reserved share (``_basis``)."""
 
 
 @dataclass(slots=True, eq=False)  # identity: the trial takes candidates out of a list by identity
@@ -34,7 +37,7 @@ class Plan:
     reason: PreemptReason
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one per failed planning, and a frozen init costs twice as much
 class Futile:
     """Planning for a waiter found no victims in a way that only some changes to the pool can undo:
     there was no candidate, or releasing every candidate would not make it fit. Less free capacity,
@@ -48,8 +51,7 @@ class Futile:
     grants: int
     grown: int
     gains: int
-    basis: tuple[frozenset[str], bool, bool]
-    """The short keys, and whether the waiter was within its limit and its reserved share."""
+    basis: Basis
 
     def holds(self, pool: PoolState, quota: SubjectQuota, rv: RequestView) -> bool:
         if self.grants != quota.grants or self.grown != pool.grown:
@@ -94,8 +96,7 @@ def _plan(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bo
 
 
 def _futile(pool: PoolState, quota: SubjectQuota, rv: RequestView, selection: _Selection) -> Futile:
-    _, short, within_limit, reclaim, _, _ = selection.key
-    basis = (cast(frozenset[str], short), cast(bool, within_limit), cast(bool, reclaim))
+    basis = selection.basis
     return Futile(quota.grants, pool.grown, _gains(pool, quota, rv, basis[1], basis[2]), basis)
 
 
@@ -105,10 +106,15 @@ def _gains(pool: PoolState, quota: SubjectQuota, rv: RequestView, within_limit: 
     Counts only grow, so an equal sum means none of them gained."""
     if not within_limit:
         return 0
-    if reclaim:
-        return sum(pool.gains.values())
+    gains = pool.gains
+    if reclaim or not gains:
+        return sum(gains.values())
     priority, fair = quota.priority, pool.spec.fair_share_preemption and rv.preemptible
-    return sum(n for p, n in pool.gains.items() if p < priority or (fair and p == priority))
+    total = 0
+    for p, n in gains.items():  # a loop, not a generator: stamped at every failed planning
+        if p < priority or (fair and p == priority):
+            total += n
+    return total
 
 
 def _borrowing(quota: SubjectQuota, keys: frozenset[str]) -> frozenset[str]:
@@ -163,14 +169,6 @@ def _fits_now(pool: PoolState, shape: Shape) -> bool:
     return cast(bool, fits)
 
 
-def _where_to_look(shape: Shape, held: Iterable[Held]) -> Iterable[HostSlots] | None:
-    """Where a shape that does not fit now may fit once ``held`` is released: only on the hosts that
-    release frees something on (for one replica; a gang looks at every host, None)."""
-    if shape.replicas > 1:
-        return None
-    return {host.name: host for devices in held for _, host, _, _, _ in devices}.values()
-
-
 class _Trial:
     """Victims released one at a time, in the books and on the device map, so that each step of the
     greedy pass and of the fill-back costs one lease, not the whole set chosen so far."""
@@ -181,10 +179,12 @@ class _Trial:
         self.released: Vector = {}
         self.own: Vector = {}
         self.out: list[Candidate] = []
-        self.freed: list[Held] | None = None
-        """Devices released so far, when only their hosts can make the difference."""
+        self.hosts: dict[str, HostSlots] | None = None
+        """Where a shape of one replica that does not fit now may fit: on the hosts something was
+        released on so far (kept as candidates are taken, not built again at every step; a gang
+        looks at every host, None)."""
         if self.devices is not None and rv.shape.replicas == 1 and not _fits_now(pool, rv.shape):
-            self.freed = []
+            self.hosts = {}
 
     def choose(self, candidates: list[Candidate]) -> list[Candidate] | None:
         chosen: list[Candidate] = []
@@ -214,8 +214,10 @@ class _Trial:
             add_into(self.own, candidate.lease.resources, sign)
         if self.devices is not None:
             self.devices.apply(candidate.lease.held, -sign)
-            if sign > 0 and self.freed is not None:
-                self.freed.append(candidate.lease.held)  # kept when put back: looking too wide is harmless
+            if sign > 0 and self.hosts is not None:
+                hosts = self.hosts  # kept when put back: looking too wide is harmless
+                for _, host, _, _, _ in candidate.lease.held:
+                    hosts[host.name] = host
         if sign > 0:
             self.out.append(candidate)
         else:
@@ -227,8 +229,7 @@ class _Trial:
             return False
         if self.devices is None:
             return True
-        hosts = None if self.freed is None else _where_to_look(self.rv.shape, self.freed)
-        return self.devices.fits(self.rv.shape, hosts)
+        return self.devices.fits(self.rv.shape, None if self.hosts is None else self.hosts.values())
 
     def restore(self) -> None:
         if self.devices is not None:
@@ -299,6 +300,7 @@ def _victims(quota: SubjectQuota) -> _Victims:
 
 Taken = list[tuple[SubjectQuota, PreemptReason, list[LeaseView]]]
 """Per other subject: why it may be preempted, and which of its leases."""
+_Others = tuple[Taken, Vector]
 
 
 @dataclass(slots=True)
@@ -312,6 +314,8 @@ class _Selection:
     key: tuple[object, ...]
     """What the selection was made from (the waiter's subject, its standing and its request priority):
     within one state of the pool, equal keys select the same leases."""
+    basis: Basis
+    """The part of ``_basis`` that a ``Futile`` is stamped with."""
     others_released: Vector
     reclaim_needs_own: bool
     """Reclaim was allowed only with the waiter's own candidates counted as released."""
@@ -356,13 +360,21 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
     found = cache.get(key)
     if found is None:
         found = cache[key] = _others(pool, quota, short, within_limit, reclaim, fair)
-    others, others_release = cast(tuple[Taken, Vector], found)
+    others, others_release = cast(_Others, found)
+    basis = (short, within_limit, reclaim)
     if not others and not own:
-        return _Selection(others, own, {}, own_released, (*key[1:], rv.priority), others_release, False)
+        return _Selection(others, own, {}, own_released, (*key[1:], rv.priority), basis, others_release, False)
     released = dict(others_release)
     add_into(released, own_released)
     return _Selection(
-        others, own, released, own_released, (*key[1:], rv.priority), others_release, reclaim and not without_own
+        others,
+        own,
+        released,
+        own_released,
+        (*key[1:], rv.priority),
+        basis,
+        others_release,
+        reclaim and not without_own,
     )
 
 
