@@ -326,7 +326,7 @@ class _Cycle:
             queue = queues[subject]
             lane = queue.next_lane
             assert lane is not None, "a subject in the heap has an unsettled request"
-            entry = lane.entry(lane.start)
+            entry = lane.head
             proto = lane.proto
             before = lane.versions()
             shortfall = self._serve(queue.pop(lane))
@@ -569,8 +569,11 @@ class _Lane:
     __slots__ = (
         "changes",
         "cycle",
+        "group",
+        "head",
         "ids",
         "members",
+        "order_of",
         "proto",
         "quota",
         "rank",
@@ -583,19 +586,29 @@ class _Lane:
     def __init__(self, cycle: _Cycle, proto: RequestView) -> None:
         self.cycle = cycle
         self.proto = proto
-        group = proto.group
+        self.group = group = proto.group
         self.members = group.members  # the group's own lists: the lane only moves ``start`` along them
         self.ids = group.ids
         self.times = group.times
         self.start = 0
-        self.rank = -proto.priority
+        self.rank = rank = -proto.priority
+        self.head: Entry = (rank, self.times[0], self.ids[0])
+        """``entry(start)``, kept as ``start`` moves: the queue's every turn compares the lanes' heads."""
         candidates = proto.candidates
         self.states = [state for state, _ in candidates]
         self.quota = candidates[0][1]
-        self.standing: tuple[int, Standing] | None = None
+        self.standing = -1
+        """The version of the subject's quota that ``order_of`` holds for (-1: none yet)."""
+        self.order_of: Standing = (0, 0, 0.0)
         self.changes = -1
         """``cycle.changes`` when the group last failed or was last found settled: while it is the same,
         no pool changed since, and the group is settled."""
+
+    def advance(self, end: int) -> None:
+        """The members before ``end`` are decided."""
+        self.start = end
+        if end < len(self.ids):
+            self.head = (self.rank, self.times[end], self.ids[end])
 
     def entry(self, index: int) -> Entry:
         """The member's place in its subject's order: request priority, submission time, id."""
@@ -604,15 +617,13 @@ class _Lane:
     def key(self, index: int) -> OrderKey:
         """The member's place among all subjects' requests (§2.4); submission times compare as the
         timestamps they are, without converting each."""
-        order = self.order()
-        return (order[0], order[1], order[2], self.times[index], self.ids[index])
+        return (*self.order(), self.times[index], self.ids[index])
 
     def order(self) -> Standing:
         """The first items of every member's key: the group's standing, while its subject's is the same."""
-        cached = self.standing
-        if cached is None or cached[0] != self.quota.version:
-            cached = self.standing = self.cycle.standing(self.proto)
-        return cached[1]
+        if self.standing != self.quota.version:
+            self.standing, self.order_of = self.cycle.standing(self.proto)
+        return self.order_of
 
     def versions(self) -> tuple[int, ...]:
         """The state of the books of the group's pools: a failure holds while it is the same."""
@@ -621,7 +632,7 @@ class _Lane:
     def settled(self, old: dict[str, int] | None = None) -> bool:
         """Whether the group's next requests fail as its last one did: no pool of theirs changed since.
         With ``old``, the versions of the pools the last decision changed: as it was before that."""
-        group = self.proto.group
+        group = self.group
         if group.failure is None:
             return False
         if old is None:
@@ -637,7 +648,7 @@ class _Lane:
         return group.failed_at == tuple([old.get(state.name, state.version) for state in self.states])
 
     def fail(self, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
-        group = self.proto.group
+        group = self.group
         group.failure, group.failed_at = shortfall, versions
         self.changes = self.cycle.changes
 
@@ -671,6 +682,17 @@ class _Queue:
         self.cycle = cycle
         self.lanes: list[_Lane] = []
         self.next_lane: _Lane | None = None
+        self.known = -1
+        """``cycle.changes`` at the last turn. While it is the same no pool changed: lanes found settled
+        stay so, none is answered, standings stay, and the head only moves on in the subject's order;
+        so ``turn`` goes on from where it stopped instead of walking every lane again."""
+        self.ahead: list[tuple[Entry, _Lane]] = []
+        """A heap of the lanes not found settled, by their next request (settled ones leave it lazily,
+        when they come first: none of them can come before the head)."""
+        self.behind: list[tuple[Entry, _Lane]] = []
+        """A heap of the settled lanes, by their first request not counted in ``counted`` yet."""
+        self.counted: OrderKey | None = None
+        """The greatest key of the settled requests before the head so far."""
         self.alike: dict[tuple[object, ...], list[_Lane]] = {}
         """Lanes by eligibility signature: only lanes of one signature can fail alike."""
 
@@ -691,8 +713,12 @@ class _Queue:
         demand, rank = proto.demand, lane.rank
         changes, dominating = self.cycle.changes, self.cycle.dominating
         for other in self.alike[proto.group.eligibility.signature]:
-            if other.changes == changes or other.rank < rank or other.start == len(other.ids) or other.settled():
+            if other.changes == changes or other.rank < rank or other.start == len(other.ids):
                 continue  # settled already (``lane`` too), of higher priority, or done
+            group = other.group
+            if group.failure is not None and group.failed_at == other.versions():  # ``settled``, inlined
+                other.changes = changes
+                continue
             more = other.proto.demand
             pair = (id(more), id(demand))  # demands are shared by look-alike keys and live as long as the cycle
             larger = dominating.get(pair)
@@ -706,41 +732,49 @@ class _Queue:
         subject's requests up to it, settled ones included (each must have had its turn first); None
         while every request left is settled. Settled requests already answered or passed only repeat
         keys below it."""
-        settled: list[_Lane] = []
-        lane: _Lane | None = None
-        head: Entry | None = None
         changes = self.cycle.changes
-        for candidate in self.lanes:
-            if candidate.changes == changes or (candidate.proto.group.failure is not None and candidate.settled()):
-                settled.append(candidate)  # (``_Lane.changes``: known settled while no pool changed)
-                continue
-            start = candidate.start
-            entry = (candidate.rank, candidate.times[start], candidate.ids[start])
-            if head is None or entry < head:
-                lane, head = candidate, entry
-        self.next_lane = lane
-        if lane is None or head is None:
+        if self.known != changes:  # a pool changed since the last turn: every lane is judged again
+            self.known, self.counted, self.behind = changes, None, []
+            self.ahead = [(lane.head, lane) for lane in self.lanes]
+            heapq.heapify(self.ahead)
+        ahead, behind = self.ahead, self.behind
+        while ahead:
+            head, lane = ahead[0]
+            if lane.changes != changes:
+                group = lane.group
+                if group.failure is None or group.failed_at != lane.versions():  # ``settled``, inlined
+                    break
+                lane.changes = changes
+            # Settled (``_Lane.changes``: known so while no pool changed): its requests count from here.
+            heapq.heappush(behind, heapq.heappop(ahead))
+        else:
+            self.next_lane = None
             return None
-        turn = lane.key(lane.start)
-        standing = turn[:3]
-        rank = head[0]
-        for other in settled:
-            if other.rank > rank:
-                continue  # its requests all come after the head in the subject's order
-            order = other.order()
-            if order < standing:
-                continue  # every key of the group is below the turn: it cannot raise it
+        self.next_lane = lane
+        counted = self.counted
+        while behind and behind[0][0] < head:
+            other = behind[0][1]
             end = other.before(head)
-            if end > other.start:
-                key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
-                if key > turn:
-                    turn, standing = key, order
-        return turn
+            key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
+            if counted is None or key > counted:
+                counted = key
+            if end < len(other.ids):
+                heapq.heapreplace(behind, (other.entry(end), other))
+            else:
+                heapq.heappop(behind)
+        self.counted = counted
+        turn = lane.key(lane.start)
+        return turn if counted is None or counted < turn else counted
 
     def pop(self, lane: _Lane) -> RequestView:
         index = lane.start
-        lane.start += 1
-        if lane.start == len(lane.ids):
+        lane.advance(index + 1)
+        assert self.ahead[0][1] is lane, "the lane of the last turn leads"
+        if index + 1 == len(lane.ids):
+            heapq.heappop(self.ahead)
+        else:
+            heapq.heapreplace(self.ahead, (lane.head, lane))
+        if index + 1 == len(lane.ids):
             self.lanes.remove(lane)
         return lane.proto.sibling(lane.members[index], lane.times[index].timestamp())
 
@@ -769,7 +803,7 @@ class _Queue:
         if end <= lane.start:
             return
         ids = lane.ids[lane.start : end]
-        lane.start = end
+        lane.advance(end)
         if end == len(lane.ids):
             self.lanes.remove(lane)
         self.cycle._wait_failing(lane.proto, ids)
