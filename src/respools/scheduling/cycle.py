@@ -306,7 +306,9 @@ class _Cycle:
                 if queue is None:
                     queue = queues[proto.subject] = _Queue(self)
                 queue.add(proto)
-        heap: list[tuple[OrderKey, int, str]] = []
+        heap: list[tuple[int, int, float, datetime, str, int, str]] = []
+        """Per subject, its turn's key, flat (a key's items, then the stamp and the subject): a tuple of
+        tuples would compare the keys twice, equal first, then less."""
         stamps: dict[str, int] = {}
         failed_on: dict[str, set[str]] = {}
         """Per pool, the subjects with a group that failed there (and may be unsettled by a change)."""
@@ -315,14 +317,16 @@ class _Cycle:
             stamp = stamps[subject] = stamps.get(subject, 0) + 1
             turn = queues[subject].turn()
             if turn is not None:
-                heapq.heappush(heap, (turn, stamp, subject))
+                heapq.heappush(heap, (*turn, stamp, subject))
 
         for subject in queues:
             retarget(subject)
         while heap:
-            turn, stamp, subject = heapq.heappop(heap)
-            if stamps[subject] != stamp:
+            top = heapq.heappop(heap)
+            subject = top[6]
+            if stamps[subject] != top[5]:
                 continue
+            turn: OrderKey = top[:5]
             queue = queues[subject]
             lane = queue.next_lane
             assert lane is not None, "a subject in the heap has an unsettled request"
@@ -567,6 +571,7 @@ class _Lane:
     """One group's requests in a subject's queue, oldest first; those before ``start`` are decided."""
 
     __slots__ = (
+        "candidates",
         "changes",
         "cycle",
         "group",
@@ -579,7 +584,6 @@ class _Lane:
         "rank",
         "standing",
         "start",
-        "states",
         "times",
     )
 
@@ -594,8 +598,7 @@ class _Lane:
         self.rank = rank = -proto.priority
         self.head: Entry = (rank, self.times[0], self.ids[0])
         """``entry(start)``, kept as ``start`` moves: the queue's every turn compares the lanes' heads."""
-        candidates = proto.candidates
-        self.states = [state for state, _ in candidates]
+        self.candidates = candidates = proto.candidates  # the group's pools, and the subject's quota on each
         self.quota = candidates[0][1]
         self.standing = -1
         """The version of the subject's quota that ``order_of`` holds for (-1: none yet)."""
@@ -627,7 +630,7 @@ class _Lane:
 
     def versions(self) -> tuple[int, ...]:
         """The state of the books of the group's pools: a failure holds while it is the same."""
-        return tuple([state.version for state in self.states])
+        return tuple([state.version for state, _ in self.candidates])
 
     def settled(self, old: dict[str, int] | None = None) -> bool:
         """Whether the group's next requests fail as its last one did: no pool of theirs changed since.
@@ -645,7 +648,7 @@ class _Lane:
             return False
         if self.changes == self.cycle.changes - 1:
             return True
-        return group.failed_at == tuple([old.get(state.name, state.version) for state in self.states])
+        return group.failed_at == tuple([old.get(state.name, state.version) for state, _ in self.candidates])
 
     def fail(self, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
         group = self.group
@@ -686,10 +689,11 @@ class _Queue:
         """``cycle.changes`` at the last turn. While it is the same no pool changed: lanes found settled
         stay so, none is answered, standings stay, and the head only moves on in the subject's order;
         so ``turn`` goes on from where it stopped instead of walking every lane again."""
-        self.ahead: list[tuple[Entry, _Lane]] = []
-        """A heap of the lanes not found settled, by their next request (settled ones leave it lazily,
-        when they come first: none of them can come before the head)."""
-        self.behind: list[tuple[Entry, _Lane]] = []
+        self.ahead: list[tuple[int, datetime, str, _Lane]] = []
+        """A heap of the lanes not found settled, by their next request's entry, flat (a tuple of tuples
+        would compare the entries twice); settled ones leave it lazily, when they come first: none of
+        them can come before the head."""
+        self.behind: list[tuple[int, datetime, str, _Lane]] = []
         """A heap of the settled lanes, by their first request not counted in ``counted`` yet."""
         self.counted: OrderKey | None = None
         """The greatest key of the settled requests before the head so far."""
@@ -735,11 +739,11 @@ class _Queue:
         changes = self.cycle.changes
         if self.known != changes:  # a pool changed since the last turn: every lane is judged again
             self.known, self.counted, self.behind = changes, None, []
-            self.ahead = [(lane.head, lane) for lane in self.lanes]
+            self.ahead = [(*lane.head, lane) for lane in self.lanes]
             heapq.heapify(self.ahead)
         ahead, behind = self.ahead, self.behind
         while ahead:
-            head, lane = ahead[0]
+            lane = ahead[0][3]
             if lane.changes != changes:
                 group = lane.group
                 if group.failure is None or group.failed_at != lane.versions():  # ``settled``, inlined
@@ -751,15 +755,16 @@ class _Queue:
             self.next_lane = None
             return None
         self.next_lane = lane
+        head = lane.head
         counted = self.counted
-        while behind and behind[0][0] < head:
-            other = behind[0][1]
+        while behind and behind[0] < head:  # (its first three items, a request's entry, are never the head's)
+            other = behind[0][3]
             end = other.before(head)
             key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
             if counted is None or key > counted:
                 counted = key
             if end < len(other.ids):
-                heapq.heapreplace(behind, (other.entry(end), other))
+                heapq.heapreplace(behind, (other.rank, other.times[end], other.ids[end], other))
             else:
                 heapq.heappop(behind)
         self.counted = counted
@@ -769,13 +774,12 @@ class _Queue:
     def pop(self, lane: _Lane) -> RequestView:
         index = lane.start
         lane.advance(index + 1)
-        assert self.ahead[0][1] is lane, "the lane of the last turn leads"
+        assert self.ahead[0][3] is lane, "the lane of the last turn leads"
         if index + 1 == len(lane.ids):
             heapq.heappop(self.ahead)
-        else:
-            heapq.heapreplace(self.ahead, (lane.head, lane))
-        if index + 1 == len(lane.ids):
             self.lanes.remove(lane)
+        else:
+            heapq.heapreplace(self.ahead, (*lane.head, lane))
         return lane.proto.sibling(lane.members[index], lane.times[index].timestamp())
 
     def settle_before(self, entry: Entry, old: dict[str, int]) -> None:

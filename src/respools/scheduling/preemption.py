@@ -56,7 +56,7 @@ class Futile:
     def holds(self, pool: PoolState, quota: SubjectQuota, rv: RequestView) -> bool:
         if self.grants != quota.grants or self.grown != pool.grown:
             return False
-        short, within_limit, reclaim, _ = _basis(pool, quota, rv, True)
+        short, within_limit, reclaim, _ = _basis(pool, quota, rv, True, _victims(quota).below(rv.priority)[1])
         if (short, within_limit, reclaim) != self.basis:
             return False
         return self.gains == _gains(pool, quota, rv, within_limit, reclaim)
@@ -352,7 +352,7 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
     """Other subjects' leases on borrowed capacity that the waiter may reclaim, or preempt by policy
     priority or fair share; then the waiter's own leases of lower request priority."""
     own, own_released = _victims(quota).below(rv.priority)
-    short, within_limit, reclaim, without_own = _basis(pool, quota, rv, may_reclaim)
+    short, within_limit, reclaim, without_own = _basis(pool, quota, rv, may_reclaim, own_released)
     fair = pool.spec.fair_share_preemption and rv.preemptible
     # The same for every waiter of this subject that comes short on the same keys, until the pool changes.
     key = (_Selection, quota.subject, short, within_limit, reclaim, fair)
@@ -379,13 +379,13 @@ def _select(pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: 
 
 
 def _basis(
-    pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool
+    pool: PoolState, quota: SubjectQuota, rv: RequestView, may_reclaim: bool, own_released: Vector
 ) -> tuple[frozenset[str], bool, bool, bool]:
     """What selection starts from: the keys the waiter comes short on (whose borrowers are candidates),
     whether it stays within its limit with its own candidates gone, whether it may reclaim, and
-    whether reclaim needs none of its own candidates gone."""
+    whether reclaim needs none of its own candidates gone. ``own_released``: what the waiter's own
+    candidates hold (``_Victims.below``)."""
     capacity, free, usage, reserved = pool.capacity, pool.free, quota.usage, quota.reserved
-    _, own_released = _victims(quota).below(rv.priority)
     # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
     incoming, leaving = quota.incoming, quota.leaving  # ``quota.effective()`` per key, without a new dict
