@@ -356,8 +356,7 @@ class _Cycle:
                         retarget(other)
             retarget(subject)
         for queue in queues.values():
-            queue.settle_below(None)
-            assert not queue.lanes, "every request left is settled"
+            queue.finish()
 
     def _serve(self, rv: RequestView) -> Shortfall | None:
         """Grant, preempt for, or fail ``rv``; the shortfall of a failure is returned, which the
@@ -558,7 +557,8 @@ class _Cycle:
             last[1].request_ids.extend(ids)
             return
         reason, message = group.failure
-        run = WaitRun(ids, reason, message, self.position - len(ids) + 1, proto.candidates[0][0].name)
+        pool = group.eligibility.candidates[0][0].spec.name  # (``proto.candidates[0][0].name``, without two calls)
+        run = WaitRun(ids, reason, message, self.position - len(ids) + 1, pool)
         runs.append(run)
         self.last_run = (group, run)
 
@@ -802,6 +802,15 @@ class _Queue:
         for lane in list(self.lanes):
             if lane.settled(old):
                 self._answer(lane, len(lane.ids) if cut is None else lane.before(cut))
+
+    def finish(self) -> None:
+        """Answer every request left, all settled once no subject has an unsettled one: as
+        ``settle_below(None)``, without moving each lane along and out of a queue that is done with."""
+        changes, wait = self.cycle.changes, self.cycle._wait_failing
+        for lane in self.lanes:
+            assert lane.changes == changes or lane.settled(), "every request left is settled"
+            wait(lane.proto, lane.ids[lane.start :])
+        self.lanes.clear()
 
     def _answer(self, lane: _Lane, end: int) -> None:
         if end <= lane.start:
