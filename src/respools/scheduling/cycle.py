@@ -317,7 +317,7 @@ class _Cycle:
             stamp = stamps[subject] = stamps.get(subject, 0) + 1
             turn = queues[subject].turn()
             if turn is not None:
-                heapq.heappush(heap, (*turn, stamp, subject))
+                heapq.heappush(heap, (turn[0], turn[1], turn[2], turn[3], turn[4], stamp, subject))
 
         for subject in queues:
             retarget(subject)
@@ -620,7 +620,8 @@ class _Lane:
     def key(self, index: int) -> OrderKey:
         """The member's place among all subjects' requests (§2.4); submission times compare as the
         timestamps they are, without converting each."""
-        return (*self.order(), self.times[index], self.ids[index])
+        order = self.order()  # (items, not ``*order``: a tuple built at once, not through a list)
+        return (order[0], order[1], order[2], self.times[index], self.ids[index])
 
     def order(self) -> Standing:
         """The first items of every member's key: the group's standing, while its subject's is the same."""
@@ -739,7 +740,7 @@ class _Queue:
         changes = self.cycle.changes
         if self.known != changes:  # a pool changed since the last turn: every lane is judged again
             self.known, self.counted, self.behind = changes, None, []
-            self.ahead = [(*lane.head, lane) for lane in self.lanes]
+            self.ahead = [(lane.rank, lane.times[lane.start], lane.ids[lane.start], lane) for lane in self.lanes]
             heapq.heapify(self.ahead)
         ahead, behind = self.ahead, self.behind
         while ahead:
@@ -779,7 +780,7 @@ class _Queue:
             heapq.heappop(self.ahead)
             self.lanes.remove(lane)
         else:
-            heapq.heapreplace(self.ahead, (*lane.head, lane))
+            heapq.heapreplace(self.ahead, (lane.rank, lane.times[index + 1], lane.ids[index + 1], lane))
         return lane.proto.sibling(lane.members[index], lane.times[index].timestamp())
 
     def settle_before(self, entry: Entry, old: dict[str, int]) -> None:
