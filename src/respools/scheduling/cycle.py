@@ -109,6 +109,9 @@ class _Cycle:
         """Whether one demand dominates another (by identity): asked again at every failure of a group."""
         self.marked: list[LeaseView] = []
         """Lease views this cycle told to go (``LeaseView.preempting``)."""
+        self.alike: dict[tuple[int, int, object], tuple[int, bool]] = {}
+        """Per larger demand, failed demand (by identity) and pools (names), whether a group asking the larger
+        one fails alike (``_Queue.failed``), and ``changes`` when judged: it holds while no pool changes."""
 
     def standing(self, rv: RequestView) -> tuple[int, Standing]:
         """``_standing`` of the group of ``rv``, with the version of its subject's quota it holds for."""
@@ -715,8 +718,9 @@ class _Queue:
         proto = lane.proto
         if proto.preemptible and any(state.spec.fair_share_preemption for state, _ in proto.candidates):
             return
-        demand, rank = proto.demand, lane.rank
-        changes, dominating = self.cycle.changes, self.cycle.dominating
+        demand, rank, candidates = proto.demand, lane.rank, lane.candidates
+        pools = proto.group.eligibility.signature[0]  # the names of ``candidates``' pools
+        changes, dominating, alike = self.cycle.changes, self.cycle.dominating, self.cycle.alike
         for other in self.alike[proto.group.eligibility.signature]:
             if other.changes == changes or other.rank < rank or other.start == len(other.ids):
                 continue  # settled already (``lane`` too), of higher priority, or done
@@ -725,11 +729,20 @@ class _Queue:
                 other.changes = changes
                 continue
             more = other.proto.demand
-            pair = (id(more), id(demand))  # demands are shared by look-alike keys and live as long as the cycle
-            larger = dominating.get(pair)
-            if larger is None:
-                larger = dominating[pair] = dominates(more, demand)
-            if larger and all(_short_alike(state, more, demand) for state, _ in proto.candidates):
+            # Demands are shared by look-alike keys, and they and the pools' lists live as long as the
+            # cycle; whether ``more`` comes short alike on the pools holds while none of them changes.
+            trio = (id(more), id(demand), pools)
+            found = alike.get(trio)
+            if found is None or found[0] != changes:
+                pair = (id(more), id(demand))
+                larger = dominating.get(pair)
+                if larger is None:
+                    larger = dominating[pair] = dominates(more, demand)
+                found = alike[trio] = (
+                    changes,
+                    larger and all(_short_alike(state, more, demand) for state, _ in candidates),
+                )
+            if found[1]:
                 other.fail(shortfall, versions)
 
     def turn(self) -> OrderKey | None:
