@@ -389,6 +389,7 @@ def _basis(
     # Reclaim counts what this cycle already granted (in usage) or nominated (incoming) for the subject
     # as used, and its own possible victims as released; ``_reclaim_holds`` checks the victims chosen.
     incoming, leaving = quota.incoming, quota.leaving  # ``quota.effective()`` per key, without a new dict
+    limit = quota.limit  # ``quota.limit_of``, inlined
     short_keys = []
     within_limit, reclaim, without_own = True, may_reclaim, True
     for k, a in rv.demand.items():
@@ -398,11 +399,13 @@ def _basis(
         if free.get(k, 0) < a:
             short_keys.append(k)
         used = usage.get(k, 0) + incoming.get(k, 0)
-        if used - own_released.get(k, 0) + a > quota.limit_of(k, cap):  # the trial checks the set chosen
+        own = own_released.get(k, 0)
+        if used - own + a > (cap if limit is None else limit.get(k, cap)):  # the trial checks the set chosen
             within_limit = False
-        if used - leaving.get(k, 0) - own_released.get(k, 0) + a > reserved.get(k, 0):
+        kept = used - leaving.get(k, 0) + a - reserved.get(k, 0)
+        if kept - own > 0:
             reclaim = False
-        elif used - leaving.get(k, 0) + a > reserved.get(k, 0):
+        elif kept > 0:
             without_own = False
     # Nothing short in the books but no device fits: free devices.
     short = frozenset(short_keys or [k for k in rv.demand if k == GPU or is_mig_key(k)])
