@@ -807,12 +807,20 @@ class _Queue:
         when None): the subject's order up to its first request of a greater key."""
         cut: Entry | None = None
         if key is not None:
+            standing = key[:3]
             for lane in self.lanes:
-                end = lane.below(key)
-                if end < len(lane.ids):
+                order = lane.order_of if lane.standing == lane.quota.version else lane.order()
+                if order < standing:
+                    continue  # every member's key is below ``key``
+                if order > standing:
+                    entry = lane.head  # none is
+                else:
+                    end = lane.below(key)
+                    if end == len(lane.ids):
+                        continue
                     entry = lane.entry(end)
-                    if cut is None or entry < cut:
-                        cut = entry
+                if cut is None or entry < cut:
+                    cut = entry
         for lane in list(self.lanes):
             if lane.settled(old):
                 self._answer(lane, len(lane.ids) if cut is None else lane.before(cut))

@@ -187,6 +187,8 @@ class PoolFacts:
 @dataclass(slots=True)
 class PoolState:
     spec: PoolSpec
+    name: str
+    """``spec.name``, kept as a field: the cycle reads it in its hot loops (a property is a call)."""
     capacity: Vector
     forms: frozenset[Form]
     free: Vector
@@ -215,10 +217,6 @@ class PoolState:
 
     def placement_impossible(self, shape: Shape) -> str | None:
         return self.facts.placement_impossible(shape)
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
     def changed(self, *quotas: SubjectQuota) -> None:
         """Record that the cycle changed this pool's accounting, and these subjects' standing in it."""
@@ -287,6 +285,7 @@ def build_pools(
             facts.devices.reset()
         states[pool.name] = PoolState(
             spec=pool,
+            name=pool.name,
             capacity=facts.capacity,
             forms=facts.forms,
             free=dict(facts.capacity),
