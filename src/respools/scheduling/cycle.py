@@ -636,23 +636,20 @@ class _Lane:
         """The state of the books of the group's pools: a failure holds while it is the same."""
         return tuple([state.version for state, _ in self.candidates])
 
-    def settled(self, old: dict[str, int] | None = None) -> bool:
+    def settled(self) -> bool:
         """Whether the group's next requests fail as its last one did: no pool of theirs changed since.
-        With ``old``, the versions of the pools the last decision changed: as it was before that."""
+        (The queue's hot loops read this inline; ``_Queue._settled_before`` asks it of the books before
+        the last decision.)"""
         group = self.group
         if group.failure is None:
             return False
-        if old is None:
-            changes = self.cycle.changes
-            if self.changes == changes:
-                return True
-            if group.failed_at == self.versions():
-                self.changes = changes  # known settled: it stays so until a decision changes a pool
-                return True
-            return False
-        if self.changes == self.cycle.changes - 1:
+        changes = self.cycle.changes
+        if self.changes == changes:
             return True
-        return group.failed_at == tuple([old.get(state.name, state.version) for state, _ in self.candidates])
+        if group.failed_at == self.versions():
+            self.changes = changes  # known settled: it stays so until a decision changes a pool
+            return True
+        return False
 
     def fail(self, shortfall: Shortfall, versions: tuple[int, ...]) -> None:
         group = self.group
@@ -798,11 +795,10 @@ class _Queue:
 
     def settle_before(self, entry: Entry, old: dict[str, int]) -> None:
         """Answer the requests settled before the last decision (``old``) that come before ``entry``."""
-        for lane in list(self.lanes):
-            if lane.settled(old):
-                self._answer(lane, lane.before(entry))
+        for lane in self._settled_before(old):
+            self._answer(lane, lane.before(entry))
 
-    def settle_below(self, key: OrderKey | None, old: dict[str, int] | None = None) -> None:
+    def settle_below(self, key: OrderKey, old: dict[str, int]) -> None:
         """Answer the settled requests whose turn came before the decision at ``key`` (every one left
         when None): the subject's order up to its first request of a greater key."""
         cut: Entry | None = None
@@ -821,9 +817,23 @@ class _Queue:
                     entry = lane.entry(end)
                 if cut is None or entry < cut:
                     cut = entry
-        for lane in list(self.lanes):
-            if lane.settled(old):
-                self._answer(lane, len(lane.ids) if cut is None else lane.before(cut))
+        for lane in self._settled_before(old):
+            self._answer(lane, len(lane.ids) if cut is None else lane.before(cut))
+
+    def _settled_before(self, old: dict[str, int]) -> list[_Lane]:
+        """The lanes that were settled before the last decision (``old``: the versions of the pools it
+        changed, as they were), in order: those whose group failed while no pool changed since, as
+        the decision found them (``_Lane.changes``), or on the same books as before it."""
+        before = self.cycle.changes - 1
+        found = []
+        for lane in self.lanes:
+            group = lane.group
+            if group.failure is not None and (
+                lane.changes == before
+                or group.failed_at == tuple([old.get(state.name, state.version) for state, _ in lane.candidates])
+            ):
+                found.append(lane)
+        return found
 
     def finish(self) -> None:
         """Answer every request left, all settled once no subject has an unsettled one: as

@@ -91,7 +91,8 @@ class HostSlots:
     def may_fit(self, shape: Shape) -> bool:
         if shape.whole > self.free_whole or shape.fraction > self.free_milli:
             return False
-        return all(self.free_mig.get(profile, 0) >= count for profile, count in shape.mig)
+        # (no generator for a shape without MIG: placement checks ask this of every host)
+        return not shape.mig or all(self.free_mig.get(profile, 0) >= count for profile, count in shape.mig)
 
 
 _ITEM_FIELDS = itemgetter("gpu_uuid", "mig_uuid", "milli", "memory_mb")
