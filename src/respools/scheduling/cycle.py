@@ -50,7 +50,10 @@ from respools.scheduling.vectors import add_into, dominates
 
 _NOT_PREEMPTABLE = frozenset({WaitReason.RESERVATION_WINDOW, WaitReason.POOL_DRAINING})
 Standing = tuple[int, int, float]
-Entry = tuple[int, datetime, str]
+Entry = tuple[int, datetime, str, int]
+"""A request's place in its subject's order (request priority, submission time, id), then its lane's
+number in the subject's queue: never compared (ids are unique), it finds the lane from a heap's entry
+without the entry holding the lane, which holds its entry (a reference cycle)."""
 OrderKey = tuple[int, int, float, datetime, str]
 
 
@@ -581,6 +584,7 @@ class _Lane:
         "head",
         "ids",
         "members",
+        "number",
         "order_of",
         "proto",
         "quota",
@@ -590,8 +594,9 @@ class _Lane:
         "times",
     )
 
-    def __init__(self, cycle: _Cycle, proto: RequestView) -> None:
+    def __init__(self, cycle: _Cycle, proto: RequestView, number: int) -> None:
         self.cycle = cycle
+        self.number = number
         self.proto = proto
         self.group = group = proto.group
         self.members = group.members  # the group's own lists: the lane only moves ``start`` along them
@@ -599,7 +604,7 @@ class _Lane:
         self.times = group.times
         self.start = 0
         self.rank = rank = -proto.priority
-        self.head: Entry = (rank, self.times[0], self.ids[0])
+        self.head: Entry = (rank, self.times[0], self.ids[0], number)
         """``entry(start)``, kept as ``start`` moves: the queue's every turn compares the lanes' heads."""
         self.candidates = candidates = proto.candidates  # the group's pools, and the subject's quota on each
         self.quota = candidates[0][1]
@@ -614,11 +619,11 @@ class _Lane:
         """The members before ``end`` are decided."""
         self.start = end
         if end < len(self.ids):
-            self.head = (self.rank, self.times[end], self.ids[end])
+            self.head = (self.rank, self.times[end], self.ids[end], self.number)
 
     def entry(self, index: int) -> Entry:
         """The member's place in its subject's order: request priority, submission time, id."""
-        return (self.rank, self.times[index], self.ids[index])
+        return (self.rank, self.times[index], self.ids[index], self.number)
 
     def key(self, index: int) -> OrderKey:
         """The member's place among all subjects' requests (§2.4); submission times compare as the
@@ -685,16 +690,17 @@ class _Queue:
     def __init__(self, cycle: _Cycle) -> None:
         self.cycle = cycle
         self.lanes: list[_Lane] = []
+        self.numbered: list[_Lane] = []
+        """Every lane, by its number (the last item of its entries)."""
         self.next_lane: _Lane | None = None
         self.known = -1
         """``cycle.changes`` at the last turn. While it is the same no pool changed: lanes found settled
         stay so, none is answered, standings stay, and the head only moves on in the subject's order;
         so ``turn`` goes on from where it stopped instead of walking every lane again."""
-        self.ahead: list[tuple[int, datetime, str, _Lane]] = []
-        """A heap of the lanes not found settled, by their next request's entry, flat (a tuple of tuples
-        would compare the entries twice); settled ones leave it lazily, when they come first: none of
-        them can come before the head."""
-        self.behind: list[tuple[int, datetime, str, _Lane]] = []
+        self.ahead: list[Entry] = []
+        """A heap of the lanes not found settled, by their next request's entry (``_Lane.head``);
+        settled ones leave it lazily, when they come first: none of them can come before the head."""
+        self.behind: list[Entry] = []
         """A heap of the settled lanes, by their first request not counted in ``counted`` yet."""
         self.counted: OrderKey | None = None
         """The greatest key of the settled requests before the head so far."""
@@ -702,7 +708,8 @@ class _Queue:
         """Lanes by eligibility signature: only lanes of one signature can fail alike."""
 
     def add(self, proto: RequestView) -> None:
-        lane = _Lane(self.cycle, proto)
+        lane = _Lane(self.cycle, proto, len(self.numbered))
+        self.numbered.append(lane)
         self.lanes.append(lane)
         self.alike.setdefault(proto.group.eligibility.signature, []).append(lane)
 
@@ -750,11 +757,11 @@ class _Queue:
         changes = self.cycle.changes
         if self.known != changes:  # a pool changed since the last turn: every lane is judged again
             self.known, self.counted, self.behind = changes, None, []
-            self.ahead = [(lane.rank, lane.times[lane.start], lane.ids[lane.start], lane) for lane in self.lanes]
+            self.ahead = [lane.head for lane in self.lanes]
             heapq.heapify(self.ahead)
-        ahead, behind = self.ahead, self.behind
+        ahead, behind, numbered = self.ahead, self.behind, self.numbered
         while ahead:
-            lane = ahead[0][3]
+            lane = numbered[ahead[0][3]]
             if lane.changes != changes:
                 group = lane.group
                 if group.failure is None or group.failed_at != lane.versions():  # ``settled``, inlined
@@ -768,14 +775,14 @@ class _Queue:
         self.next_lane = lane
         head = lane.head
         counted = self.counted
-        while behind and behind[0] < head:  # (its first three items, a request's entry, are never the head's)
-            other = behind[0][3]
+        while behind and behind[0] < head:
+            other = numbered[behind[0][3]]
             end = other.before(head)
             key = other.key(end - 1)  # the latest of them: the greatest key of the group before the head
             if counted is None or key > counted:
                 counted = key
             if end < len(other.ids):
-                heapq.heapreplace(behind, (other.rank, other.times[end], other.ids[end], other))
+                heapq.heapreplace(behind, other.entry(end))
             else:
                 heapq.heappop(behind)
         self.counted = counted
@@ -785,12 +792,12 @@ class _Queue:
     def pop(self, lane: _Lane) -> RequestView:
         index = lane.start
         lane.advance(index + 1)
-        assert self.ahead[0][3] is lane, "the lane of the last turn leads"
+        assert self.numbered[self.ahead[0][3]] is lane, "the lane of the last turn leads"
         if index + 1 == len(lane.ids):
             heapq.heappop(self.ahead)
             self.lanes.remove(lane)
         else:
-            heapq.heapreplace(self.ahead, (lane.rank, lane.times[index + 1], lane.ids[index + 1], lane))
+            heapq.heapreplace(self.ahead, lane.head)
         return lane.proto.sibling(lane.members[index], lane.times[index].timestamp())
 
     def settle_before(self, entry: Entry, old: dict[str, int]) -> None:
