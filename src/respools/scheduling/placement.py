@@ -237,11 +237,16 @@ class DeviceMap:
         One replica can only fit on a host that something is freed on; a gang counts every host."""
         hosts: dict[str, HostSlots] = {}
         instances: list[tuple[GpuSlot, str]] = []
+        memory_counts = shape.fraction > 0  # only a fraction reads a GPU's memory in use
         for part in released:
             hosts.update(part.hosts)
-            for slot, milli, memory in part.gpus:
-                slot.used_milli -= milli
-                slot.used_memory -= memory
+            if memory_counts:
+                for slot, milli, memory in part.gpus:
+                    slot.used_milli -= milli
+                    slot.used_memory -= memory
+            else:
+                for slot, milli, _ in part.gpus:
+                    slot.used_milli -= milli
             for slot, mig_uuid in part.instances:
                 if mig_uuid in slot.mig_used:
                     slot.mig_used.discard(mig_uuid)
@@ -253,9 +258,13 @@ class DeviceMap:
             return found >= shape.replicas
         finally:
             for part in released:
-                for slot, milli, memory in part.gpus:
-                    slot.used_milli += milli
-                    slot.used_memory += memory
+                if memory_counts:
+                    for slot, milli, memory in part.gpus:
+                        slot.used_milli += milli
+                        slot.used_memory += memory
+                else:
+                    for slot, milli, _ in part.gpus:
+                        slot.used_milli += milli
             for slot, mig_uuid in instances:
                 slot.mig_used.add(mig_uuid)
 
