@@ -97,9 +97,9 @@ class _Cycle:
         self.granted = 0
         """Grants made so far, withdrawn ones included: the order of this cycle's lease views."""
         self.changes = 0
+        """Decisions of the queue walk that changed a pool so far (see ``_Lane.settled``)."""
         self.withdrawn_from: set[str] = set()
         """Subjects whose grants the last decision withdrew."""
-        """Decisions of the queue walk that changed a pool so far (see ``_Lane.settled``)."""
         self.futile: dict[tuple[int, str], Futile] = {}
         """Per group (by identity: groups live as long as the cycle) and pool, why planning found
         nothing to preempt, while it holds."""
