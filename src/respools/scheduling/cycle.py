@@ -806,24 +806,23 @@ class _Queue:
             self._answer(lane, lane.before(entry))
 
     def settle_below(self, key: OrderKey, old: dict[str, int]) -> None:
-        """Answer the settled requests whose turn came before the decision at ``key`` (every one left
-        when None): the subject's order up to its first request of a greater key."""
+        """Answer the settled requests whose turn came before the decision at ``key``: the subject's
+        order up to its first request of a greater key (every one left when it has none)."""
         cut: Entry | None = None
-        if key is not None:
-            standing = key[:3]
-            for lane in self.lanes:
-                order = lane.order_of if lane.standing == lane.quota.version else lane.order()
-                if order < standing:
-                    continue  # every member's key is below ``key``
-                if order > standing:
-                    entry = lane.head  # none is
-                else:
-                    end = lane.below(key)
-                    if end == len(lane.ids):
-                        continue
-                    entry = lane.entry(end)
-                if cut is None or entry < cut:
-                    cut = entry
+        standing = key[:3]
+        for lane in self.lanes:
+            order = lane.order_of if lane.standing == lane.quota.version else lane.order()
+            if order < standing:
+                continue  # every member's key is below ``key``
+            if order > standing:
+                entry = lane.head  # none is
+            else:
+                end = lane.below(key)
+                if end == len(lane.ids):
+                    continue
+                entry = lane.entry(end)
+            if cut is None or entry < cut:
+                cut = entry
         for lane in self._settled_before(old):
             self._answer(lane, len(lane.ids) if cut is None else lane.before(cut))
 
@@ -843,8 +842,8 @@ class _Queue:
         return found
 
     def finish(self) -> None:
-        """Answer every request left, all settled once no subject has an unsettled one: as
-        ``settle_below(None)``, without moving each lane along and out of a queue that is done with."""
+        """Answer every request left, all settled once no subject has an unsettled one, without moving
+        each lane along and out of a queue that is done with."""
         changes, wait = self.cycle.changes, self.cycle._wait_failing
         for lane in self.lanes:
             assert lane.changes == changes or lane.settled(), "every request left is settled"
