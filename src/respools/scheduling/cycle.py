@@ -563,7 +563,7 @@ class _Cycle:
             last[1].request_ids.extend(ids)
             return
         reason, message = group.failure
-        pool = group.eligibility.candidates[0][0].spec.name  # (``proto.candidates[0][0].name``, without two calls)
+        pool = group.eligibility.candidates[0][0].name  # (``proto.candidates``, without the property's call)
         run = WaitRun(ids, reason, message, self.position - len(ids) + 1, pool)
         runs.append(run)
         self.last_run = (group, run)
